@@ -1,0 +1,103 @@
+"""zmesh: a brokerless peer mesh for AI agents.
+
+Every agent is a peer: any agent can send to, request from, delegate to, hand
+a task to, or broadcast to any other, and no process is a broker or a leader.
+Nodes host agents and talk over ZeroMQ (ROUTER/DEALER for direct traffic,
+PUB/SUB for broadcast) or in-process, with the same semantics.
+
+Quick start::
+
+    import asyncio, zmesh
+
+    async def main():
+        async with zmesh.Node("lab", transport="inproc") as node:
+            a = node.agent("a")
+            b = node.agent("b", capabilities=("math.add",))
+
+            @b.on("math.add")
+            async def add(msg: zmesh.Message):
+                return msg.payload["x"] + msg.payload["y"]
+
+            reply = await a.request("b", "math.add", {"x": 1, "y": 2}, timeout=5)
+            print(reply.payload)  # 3
+
+    asyncio.run(main())
+
+Primitives (methods of :class:`Agent`): ``send``, ``request``, ``reply``,
+``delegate``, ``handoff``, ``subscribe``/``unsubscribe``, ``broadcast``.
+Around them on :class:`Node`: ``dead_letters``, ``observe``, ``registry``,
+``events()``, ``stats()``. :mod:`zmesh.sync` offers the same surface without
+async/await.
+
+Errors::
+
+    ZmeshError
+    ├── AgentNotRegistered   no node in the mesh hosts that agent id
+    ├── AgentExists          the agent id is already taken somewhere in the mesh
+    ├── NoHandler            the target agent has no handler for the topic
+    ├── Timeout              no reply in time (also a built-in TimeoutError)
+    ├── InvalidMessage       bad arguments or payload; nothing was sent (also a ValueError)
+    ├── HandlerError         the remote handler raised; carries its type and message
+    ├── PeerLost             the node hosting the target left or died mid-request
+    ├── TransportError       the transport could not be set up (bind failed, ...)
+    └── NodeClosed           the node (or agent) was closed
+"""
+
+from .agent import Agent, Handoff, HandoffResult
+from .clock import Clock, FakeClock, SystemClock
+from .deadletters import DeadLetter, DeadLetters
+from .errors import (
+    AgentExists,
+    AgentNotRegistered,
+    HandlerError,
+    InvalidMessage,
+    NoHandler,
+    NodeClosed,
+    PeerLost,
+    Timeout,
+    TransportError,
+    ZmeshError,
+)
+from .handlers import DEFERRED
+from .liveness import LivenessConfig
+from .message import Message, new_id
+from .node import Node, current_trace_id, trace_context
+from .observer import Receipt
+from .registry import AgentInfo, MeshEvent, NodeRecord, Registry
+from .transport.base import Transport
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Agent",
+    "AgentExists",
+    "AgentInfo",
+    "AgentNotRegistered",
+    "Clock",
+    "DEFERRED",
+    "DeadLetter",
+    "DeadLetters",
+    "FakeClock",
+    "Handoff",
+    "HandoffResult",
+    "HandlerError",
+    "InvalidMessage",
+    "LivenessConfig",
+    "MeshEvent",
+    "Message",
+    "NoHandler",
+    "Node",
+    "NodeClosed",
+    "NodeRecord",
+    "PeerLost",
+    "Receipt",
+    "Registry",
+    "SystemClock",
+    "Timeout",
+    "Transport",
+    "TransportError",
+    "ZmeshError",
+    "current_trace_id",
+    "new_id",
+    "trace_context",
+]

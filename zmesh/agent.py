@@ -1,0 +1,401 @@
+"""Agents: the peers that talk. Every agent can do everything; none is special."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar, Union
+
+from .errors import InvalidMessage, NodeClosed
+from .handlers import run_handler
+from .message import MESSAGE_TYPES, Message, check_options, new_id
+from .topics import check_pattern, check_topic, is_pattern, matches
+
+if TYPE_CHECKING:
+    from .node import Node
+
+__all__ = ["Agent", "Handoff", "HandoffResult", "Handler", "HandoffHandler"]
+
+Handler = Callable[[Message], Any]
+HandoffHandler = Callable[["Handoff"], Union[bool, Awaitable[bool]]]
+H = TypeVar("H", bound=Callable[..., Any])
+
+_MAX_TOPIC = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """A task offered to this agent: accept by returning True from on_handoff."""
+
+    task_id: str
+    sender: str
+    context: Any
+    artifacts: tuple[str, ...]
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class HandoffResult:
+    """What came of a handoff. ``accepted`` means the target now owns the task."""
+
+    task_id: str
+    target: str
+    accepted: bool
+    reason: str = ""
+    latency: float = 0.0
+    reply: Message | None = field(default=None, repr=False)
+
+
+class Agent:
+    """An agent hosted by a node. Create with ``node.agent("id")``."""
+
+    def __init__(self, node: Node, agent_id: str, capabilities: tuple[str, ...]) -> None:
+        self.node = node
+        self.id = agent_id
+        self.capabilities = capabilities
+        self._handlers: dict[str, Handler] = {}
+        self._pattern_handlers: list[tuple[str, Handler]] = []
+        self._subscriptions: set[str] = set()
+        self._handoff_handler: HandoffHandler | None = None
+        self._tasks: set[str] = set()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<zmesh.Agent {self.id!r} on {self.node.id!r}>"
+
+    # -- handlers --------------------------------------------------------
+
+    def on(self, topic: str) -> Callable[[H], H]:
+        """Decorator: handle messages on ``topic`` (a topic or a wildcard pattern).
+
+        The handler gets the Message; for a request its return value is the
+        reply payload (return ``zmesh.DEFERRED`` to answer later with ``reply``).
+        """
+        check_pattern(topic)
+
+        def register(fn: H) -> H:
+            self.add_handler(topic, fn)
+            return fn
+
+        return register
+
+    def add_handler(self, topic: str, handler: Handler) -> None:
+        check_pattern(topic)
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {handler!r}")
+        if is_pattern(topic):
+            self._pattern_handlers = [(p, h) for p, h in self._pattern_handlers if p != topic]
+            self._pattern_handlers.append((topic, handler))
+        else:
+            self._handlers[topic] = handler
+
+    def remove_handler(self, topic: str) -> None:
+        self._handlers.pop(topic, None)
+        self._pattern_handlers = [(p, h) for p, h in self._pattern_handlers if p != topic]
+
+    def on_handoff(self, fn: H) -> H:
+        """Decorator: decide on offered tasks; return True to accept ownership."""
+        if not callable(fn):
+            raise TypeError(f"handoff handler must be callable, got {fn!r}")
+        self._handoff_handler = fn
+        return fn
+
+    def _handler_for(self, topic: str) -> Handler | None:
+        handler = self._handlers.get(topic)
+        if handler is not None:
+            return handler
+        for pattern, handler in self._pattern_handlers:
+            if matches(pattern, topic):
+                return handler
+        return None
+
+    # -- messages --------------------------------------------------------
+
+    def _message(
+        self,
+        target: str,
+        topic: str,
+        payload: Any,
+        mtype: str,
+        priority: int,
+        qos: int,
+        ttl: float | None,
+        trace_id: str | None,
+        correlation_id: str = "",
+    ) -> Message:
+        if self._closed:
+            raise NodeClosed(f"agent {self.id!r} is closed")
+        if not isinstance(target, str):
+            raise InvalidMessage(f"target must be an agent id string, got {target!r}")
+        if len(topic) > _MAX_TOPIC:
+            raise InvalidMessage(f"topic is longer than {_MAX_TOPIC} characters")
+        check_topic(topic)
+        check_options(priority, qos, ttl)
+        if mtype not in MESSAGE_TYPES or mtype == "result":
+            raise InvalidMessage(f"type must be one of {MESSAGE_TYPES[:1] + MESSAGE_TYPES[2:]}, got {mtype!r}")
+        msg = Message(
+            mtype,
+            self.id,
+            target,
+            topic,
+            payload,
+            correlation_id,
+            self.id if correlation_id else "",
+            priority,
+            qos,
+            ttl,
+        )
+        self.node._stamp(msg, trace_id)
+        return msg
+
+    async def send(
+        self,
+        target: str,
+        topic: str,
+        payload: Any = None,
+        *,
+        qos: int = 0,
+        priority: int = 3,
+        ttl: float | None = None,
+        type: str = "notify",
+        trace_id: str | None = None,
+    ) -> Message:
+        """Fire-and-forget. Returns the message sent.
+
+        Raises AgentNotRegistered at once (and dead-letters) when no node hosts
+        ``target``; InvalidMessage, sending nothing, when the message is bad.
+        """
+        msg = self._message(target, topic, payload, type, priority, qos, ttl, trace_id)
+        self.node._send(msg)
+        return msg
+
+    async def request(
+        self,
+        target: str,
+        topic: str,
+        payload: Any = None,
+        *,
+        timeout: float = 30.0,
+        qos: int = 0,
+        priority: int = 3,
+        ttl: float | None = None,
+        type: str = "query",
+        trace_id: str | None = None,
+    ) -> Message:
+        """Send a request and wait for the reply Message.
+
+        Raises Timeout (and dead-letters) when no reply comes in ``timeout``
+        seconds, NoHandler, HandlerError (at once, with the remote error),
+        AgentNotRegistered, or PeerLost if the target's node goes away.
+        """
+        msg = self._message(target, topic, payload, type, priority, qos, ttl, trace_id, new_id())
+        return await self.node._request(msg, timeout, "request")
+
+    async def delegate(
+        self, target: str, request: Message, *, timeout: float = 30.0, topic: str | None = None
+    ) -> Message:
+        """Forward ``request`` to ``target`` on its requester's behalf.
+
+        The target sees this agent as the sender; the correlation id and trace
+        id of ``request`` are kept end to end. Returns the target's reply,
+        which a handler can return as its own reply.
+        """
+        if not isinstance(request, Message):
+            raise InvalidMessage(f"delegate needs the Message being handled, got {request!r}")
+        msg = self._message(
+            target,
+            topic or request.topic,
+            request.payload,
+            request.type if request.type != "result" else "query",
+            request.priority,
+            request.qos,
+            request.ttl,
+            request.trace_id or None,
+            request.correlation_id or new_id(),
+        )
+        return await self.node._request(msg, timeout, "delegate")
+
+    async def reply(self, request: Message, payload: Any = None) -> None:
+        """Answer ``request`` later (its handler returned ``zmesh.DEFERRED``)."""
+        if not isinstance(request, Message) or not request.correlation_id:
+            raise InvalidMessage("reply needs a request Message (one with a correlation id)")
+        if request.target != self.id:
+            raise InvalidMessage(f"agent {self.id!r} cannot reply to a request for {request.target!r}")
+        self._reply_now(request, payload)
+
+    def _reply_now(self, request: Message, payload: Any) -> None:
+        reply = Message(
+            "result",
+            self.id,
+            request.reply_to or request.sender,
+            request.topic,
+            payload,
+            request.correlation_id,
+            "",
+            request.priority,
+            request.qos,
+            None,
+            self.node.clock.time(),
+            request.trace_id,
+        )
+        self.node._send_reply(reply)
+
+    # -- handoff ---------------------------------------------------------
+
+    @property
+    def tasks(self) -> frozenset[str]:
+        """Ids of the tasks this agent owns."""
+        return frozenset(self._tasks)
+
+    def claim(self, task_id: str) -> None:
+        """Record that this agent owns ``task_id``."""
+        if not isinstance(task_id, str) or not task_id:
+            raise InvalidMessage(f"task id must be a non-empty string, got {task_id!r}")
+        self._tasks.add(task_id)
+
+    async def handoff(
+        self,
+        target: str,
+        task_id: str,
+        context: Any = None,
+        *,
+        artifacts: Iterable[str] = (),
+        timeout: float = 30.0,
+    ) -> HandoffResult:
+        """Offer ownership of ``task_id`` to ``target``.
+
+        Ownership moves only if the target accepts; on refusal the task stays
+        here and ``accepted`` is False. Raises Timeout (the task stays here),
+        AgentNotRegistered, PeerLost or HandlerError like a request.
+        """
+        if not isinstance(task_id, str) or not task_id:
+            raise InvalidMessage(f"task id must be a non-empty string, got {task_id!r}")
+        arts = tuple(artifacts)
+        if any(not isinstance(a, str) for a in arts):
+            raise InvalidMessage("artifacts must be strings (paths or URIs)")
+        from .node import HANDOFF_TOPIC
+
+        self._tasks.add(task_id)
+        msg = self._message(
+            target,
+            HANDOFF_TOPIC,
+            {"task_id": task_id, "context": context, "artifacts": list(arts)},
+            "task",
+            3,
+            0,
+            None,
+            None,
+            new_id(),
+        )
+        started = self.node.clock.monotonic()
+        reply = await self.node._request(msg, timeout, "handoff")
+        result = reply.payload if isinstance(reply.payload, dict) else {}
+        accepted = result.get("accepted") is True
+        if accepted:
+            self._tasks.discard(task_id)
+        return HandoffResult(
+            task_id,
+            target,
+            accepted,
+            str(result.get("reason", "")),
+            self.node.clock.monotonic() - started,
+            reply,
+        )
+
+    def _receive_handoff(self, msg: Message) -> None:
+        payload = msg.payload
+        if (
+            not isinstance(payload, dict)
+            or not isinstance(payload.get("task_id"), str)
+            or not isinstance(payload.get("artifacts", []), list)
+        ):
+            self.node._reply_status(msg, "error", {"type": "InvalidMessage", "message": "malformed handoff"})
+            return
+        task_id = payload["task_id"]
+        handler = self._handoff_handler
+        if handler is None:
+            self._reply_now(msg, {"accepted": False, "reason": f"agent {self.id!r} takes no handoffs"})
+            return
+        offer = Handoff(
+            task_id,
+            msg.sender,
+            payload.get("context"),
+            tuple(str(a) for a in payload.get("artifacts", [])),
+            msg,
+        )
+
+        def done(accepted: Any) -> None:
+            if accepted is True:
+                self._tasks.add(task_id)
+                self._reply_now(msg, {"accepted": True})
+            else:
+                reason = accepted if isinstance(accepted, str) else "refused"
+                self._reply_now(msg, {"accepted": False, "reason": reason})
+
+        def failed(exc: BaseException) -> None:
+            if isinstance(exc, asyncio.CancelledError):
+                return
+            self.node._dead(msg, "handler_error", f"{type(exc).__name__}: {exc}")
+            self.node._reply_status(msg, "error", {"type": type(exc).__name__, "message": str(exc)})
+
+        import contextvars
+
+        from .node import _trace_var
+
+        context = contextvars.copy_context()
+        context.run(_trace_var.set, msg.trace_id)
+        run_handler(handler, offer, done, failed, context, self.node._tasks)
+
+    # -- pub/sub ---------------------------------------------------------
+
+    async def subscribe(self, pattern: str, handler: Handler | None = None) -> None:
+        """Receive broadcasts on topics matching ``pattern`` (``*`` one token, ``>`` the rest).
+
+        With ``handler``, it handles them; otherwise the ``on`` handlers do.
+        Returns once every peer has acknowledged the subscription (or after
+        the node's settle timeout), so a broadcast from any current member
+        counts this agent. Subscribing twice is one subscription.
+        """
+        check_pattern(pattern)
+        if handler is not None:
+            self.add_handler(pattern, handler)
+        if pattern not in self._subscriptions:
+            self._subscriptions.add(pattern)
+            self.node._record_changed()
+        await self.node.settled()
+
+    async def unsubscribe(self, pattern: str) -> None:
+        """Stop receiving broadcasts on ``pattern``."""
+        if pattern in self._subscriptions:
+            self._subscriptions.discard(pattern)
+            self.node._record_changed()
+        await self.node.settled()
+
+    @property
+    def subscriptions(self) -> frozenset[str]:
+        return frozenset(self._subscriptions)
+
+    async def broadcast(
+        self,
+        topic: str,
+        payload: Any = None,
+        *,
+        priority: int = 3,
+        ttl: float | None = None,
+        trace_id: str | None = None,
+    ) -> int:
+        """Publish to every agent subscribed to ``topic``; returns how many it reached.
+
+        The count is the number of subscribed agents (other than this one)
+        known to this node at publish time.
+        """
+        msg = self._message("", topic, payload, "notify", priority, 0, ttl, trace_id)
+        return self.node._broadcast(msg)
+
+    async def close(self) -> None:
+        """Unregister this agent from the mesh."""
+        if not self._closed:
+            self._closed = True
+            self.node._remove_agent(self.id)
+            if not self.node.closed:
+                await self.node.settled()

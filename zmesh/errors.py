@@ -1,0 +1,82 @@
+"""The zmesh error set.
+
+Every error zmesh raises derives from :class:`ZmeshError`; errors from the
+libraries underneath (ZeroMQ, msgpack, zeroconf) are translated at the
+boundary and never reach callers raw::
+
+    ZmeshError
+    ├── AgentNotRegistered   no node in the mesh hosts that agent id
+    ├── AgentExists          the agent id is already taken somewhere in the mesh
+    ├── NoHandler            the target agent has no handler for the topic
+    ├── Timeout              no reply in time (also a built-in TimeoutError)
+    ├── InvalidMessage       bad arguments or payload; nothing was sent (also a ValueError)
+    ├── HandlerError         the remote handler raised; carries its type and message
+    ├── PeerLost             the node hosting the target left or died mid-request
+    ├── TransportError       the transport could not be set up (bind failed, ...)
+    └── NodeClosed           the node (or agent) was closed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ZmeshError",
+    "AgentNotRegistered",
+    "AgentExists",
+    "NoHandler",
+    "Timeout",
+    "InvalidMessage",
+    "HandlerError",
+    "PeerLost",
+    "TransportError",
+    "NodeClosed",
+]
+
+
+class ZmeshError(Exception):
+    """Base class of every error zmesh raises."""
+
+
+class AgentNotRegistered(ZmeshError):
+    """No node in the mesh hosts the target agent id."""
+
+
+class AgentExists(ZmeshError):
+    """The agent id is already registered on this node or another live node."""
+
+
+class NoHandler(ZmeshError):
+    """The target agent exists but has no handler for the topic."""
+
+
+class Timeout(ZmeshError, TimeoutError):
+    """No reply arrived within the timeout."""
+
+
+class InvalidMessage(ZmeshError, ValueError):
+    """A message could not be built or encoded; nothing was sent."""
+
+
+class HandlerError(ZmeshError):
+    """The remote handler raised.
+
+    ``remote_type`` and ``remote_message`` describe the remote exception.
+    """
+
+    def __init__(self, remote_type: str, remote_message: str, *, agent: str = "") -> None:
+        self.remote_type = remote_type
+        self.remote_message = remote_message
+        self.agent = agent
+        where = f" in agent {agent!r}" if agent else ""
+        super().__init__(f"{remote_type}{where}: {remote_message}")
+
+
+class PeerLost(ZmeshError):
+    """The node hosting the target left or stopped answering before replying."""
+
+
+class TransportError(ZmeshError):
+    """The transport failed in a way the caller cannot fix by retrying the call."""
+
+
+class NodeClosed(ZmeshError):
+    """The node or agent was closed."""

@@ -1,0 +1,113 @@
+"""Running user handlers cheaply and safely.
+
+A handler may be a plain function or a coroutine function. Coroutines are
+stepped eagerly: most handlers finish without ever suspending, and those pay
+no Task. Only a handler that really awaits gets a Task, which resumes it where
+it stopped. Whatever happens, exactly one of ``done(result)`` or
+``failed(exc)`` is called; exceptions never escape into the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from types import CoroutineType
+from typing import Any, Callable, Coroutine, Generator
+
+__all__ = ["run_handler", "DEFERRED", "Deferred"]
+
+
+class Deferred:
+    """Returned by a handler that will answer later with ``agent.reply``."""
+
+    _instance: Deferred | None = None
+
+    def __new__(cls) -> Deferred:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "zmesh.DEFERRED"
+
+
+DEFERRED = Deferred()
+
+
+class _Resume:
+    """Awaitable that continues a coroutine which already yielded ``first``."""
+
+    __slots__ = ("coro", "first")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
+        self.coro = coro
+        self.first = first
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, value = self.coro, self.first
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # cancellation included: pass it in
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
+async def _finish(
+    coro: Coroutine[Any, Any, Any],
+    first: Any,
+    done: Callable[[Any], None],
+    failed: Callable[[BaseException], None],
+) -> None:
+    try:
+        result = await _Resume(coro, first)
+    except asyncio.CancelledError as exc:
+        failed(exc)
+        raise
+    except Exception as exc:
+        failed(exc)
+    else:
+        done(result)
+
+
+def run_handler(
+    handler: Callable[..., Any],
+    arg: Any,
+    done: Callable[[Any], None],
+    failed: Callable[[BaseException], None],
+    context: contextvars.Context,
+    tasks: set[asyncio.Task[None]],
+) -> None:
+    """Call ``handler(arg)`` in ``context``; report through done/failed.
+
+    Tasks created for suspended handlers are kept in ``tasks`` (and removed
+    when they finish) so the node can cancel them on close.
+    """
+    try:
+        result = context.run(handler, arg)
+        if result.__class__ is not CoroutineType and not asyncio.iscoroutine(result):
+            done(result)
+            return
+        coro = result
+        first = context.run(coro.send, None)
+    except StopIteration as stop:
+        done(stop.value)
+        return
+    except Exception as exc:
+        failed(exc)
+        return
+    task = context.run(
+        asyncio.get_running_loop().create_task, _finish(coro, first, done, failed)
+    )
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)

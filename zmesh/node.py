@@ -1,0 +1,1094 @@
+"""A mesh node: hosts agents, keeps the shared registry, moves their messages.
+
+The node speaks the mesh protocol (HELLO, registry updates, liveness,
+requests and replies) over whatever transport it was given; the transport
+only moves frames. See docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import socket
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Sequence
+
+from . import codec
+from .clock import Clock, SystemClock, TimerHandle
+from .codec import FrameError
+from .deadletters import DeadLetter, DeadLetters
+from .errors import (
+    AgentExists,
+    AgentNotRegistered,
+    HandlerError,
+    InvalidMessage,
+    NoHandler,
+    NodeClosed,
+    PeerLost,
+    Timeout,
+    ZmeshError,
+)
+from .handlers import DEFERRED, run_handler
+from .liveness import LivenessConfig, PeerLiveness
+from .message import Message, new_id
+from .observer import Observer, Receipt
+from .registry import MeshEvent, NodeRecord, Registry, parse_record
+from .topics import matches
+from .transport.base import Link, Transport
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+__all__ = ["Node", "current_trace_id", "trace_context"]
+
+log = logging.getLogger("zmesh")
+
+_trace_var: contextvars.ContextVar[str] = contextvars.ContextVar("zmesh_trace_id", default="")
+
+HANDOFF_TOPIC = "zmesh.handoff"
+_LOCAL = "\x00local"  # outbox key of this node's own agents
+_BATCH_BYTES = 256 * 1024
+_HEADER_ALLOWANCE = 64 * 1024
+_MAX_LOGGED_DROPS = 1024
+_SEED_RETRY = 1.0
+
+
+def current_trace_id() -> str:
+    """The trace id of the message being handled, or of the enclosing trace_context."""
+    return _trace_var.get()
+
+
+class trace_context:
+    """``with zmesh.trace_context("abc"):`` makes outgoing messages carry that trace id."""
+
+    def __init__(self, trace_id: str | None = None) -> None:
+        self.trace_id = trace_id or new_id()
+        self._token: contextvars.Token[str] | None = None
+
+    def __enter__(self) -> str:
+        self._token = _trace_var.set(self.trace_id)
+        return self.trace_id
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _trace_var.reset(self._token)
+
+
+@dataclass(slots=True, eq=False)
+class _Peer:
+    node_id: str
+    incarnation: str
+    key: str
+    link: Link
+    router: str
+    pub: str
+    liveness: PeerLiveness | None
+    record: NodeRecord
+    sub_ready: bool = False
+    joined: bool = False
+    acked_seq: int = -1
+
+
+@dataclass(slots=True, eq=False)
+class _Pending:
+    future: asyncio.Future[Message]
+    node_id: str
+    timer: TimerHandle
+    message: Message
+    started: float
+    kind: str
+
+
+@dataclass(slots=True, eq=False)
+class _Seed:
+    endpoint: str
+    link: Link
+    refused: str = ""
+    answered: bool = False
+    next_try: float = field(default=0.0)
+
+
+def _make_transport(spec: str | Transport) -> Transport:
+    if isinstance(spec, Transport):
+        return spec
+    if spec == "inproc":
+        from .transport.inproc import InprocTransport
+
+        return InprocTransport()
+    if spec == "zmq":
+        from .transport.zmq import ZmqTransport
+
+        return ZmqTransport()
+    raise ValueError(f"unknown transport {spec!r}: use 'zmq', 'inproc' or a Transport instance")
+
+
+class Node:
+    """One member of a mesh. Use as ``async with zmesh.Node("lab") as node``.
+
+    ``mesh`` names the mesh: only nodes with the same mesh name talk. ``name``
+    is this node's id, unique in the mesh (default: host-pid-random); a node
+    restarted with the same name replaces its old incarnation. ``transport``
+    is ``"zmq"`` (default), ``"inproc"`` or a Transport. ``seeds`` are router
+    endpoints of any members to join through. ``clock`` drives timeouts, TTLs
+    and timestamps (see :class:`zmesh.FakeClock`). ``max_payload`` caps the
+    encoded payload of one message (bytes).
+    """
+
+    def __init__(
+        self,
+        mesh: str,
+        *,
+        name: str | None = None,
+        transport: str | Transport = "zmq",
+        seeds: Iterable[str] = (),
+        interfaces: str | Sequence[str] | None = None,
+        discovery: bool | None = None,
+        clock: Clock | None = None,
+        max_payload: int = 1 << 20,
+        dead_letter_capacity: int = 1024,
+        liveness: LivenessConfig | None = None,
+        settle_timeout: float = 5.0,
+    ) -> None:
+        if not isinstance(mesh, str) or not mesh or len(mesh) > 64 or "|" in mesh:
+            raise ValueError(f"mesh name must be 1-64 characters without '|', got {mesh!r}")
+        if name is not None and (not isinstance(name, str) or not name or len(name) > 64 or "|" in name):
+            raise ValueError(f"node name must be 1-64 characters without '|', got {name!r}")
+        if not isinstance(max_payload, int) or max_payload < 1:
+            raise ValueError("max_payload must be a positive number of bytes")
+        self.mesh = mesh
+        self.id = name or f"{socket.gethostname()[:24]}-{os.getpid()}-{os.urandom(2).hex()}"
+        self.incarnation = "%016x%s" % (time.time_ns(), os.urandom(3).hex())
+        self.key = f"{self.id}|{self.incarnation}"
+        self.clock: Clock = clock or SystemClock()
+        self.max_payload = max_payload
+        self.max_frame = max_payload + _HEADER_ALLOWANCE
+        self.liveness_config = liveness or LivenessConfig()
+        self.settle_timeout = settle_timeout
+        self.interfaces = interfaces
+        self.discovery_enabled = discovery
+        self.transport = _make_transport(transport)
+        self.registry = Registry(self.id)
+        self.dead_letters = DeadLetters(dead_letter_capacity, self._redeliver)
+        self._seed_endpoints = list(seeds)
+        self._agents: dict[str, Agent] = {}
+        self._peers: dict[str, _Peer] = {}
+        self._peers_by_key: dict[str, _Peer] = {}
+        self._ready_keys: set[str] = set()
+        self._seeds: dict[str, _Seed] = {}
+        self._pending: dict[tuple[str, str], _Pending] = {}
+        self._outbox: dict[str, list[Any]] = {}
+        self._pub_items: list[bytes] = []
+        self._pub_size = 0
+        self._flush_scheduled = False
+        self._observers: list[Observer] = []
+        self._event_queues: list[asyncio.Queue[MeshEvent]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._settle_waiters: list[asyncio.Future[None]] = []
+        self._logged_drops: set[tuple[str, str]] = set()
+        self._stats: Counter[str] = Counter()
+        self._dropped: Counter[str] = Counter()
+        self._seq = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self._discovery: Any = None
+        self._started = False
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------
+
+    async def __aenter__(self) -> Node:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Bind the transport, join through seeds and discovery."""
+        if self._started:
+            return
+        if self._closed:
+            raise NodeClosed("a closed node cannot be restarted; create a new Node")
+        self._loop = asyncio.get_running_loop()
+        self._started = True
+        try:
+            await self.transport.start(self, self.key, self.mesh, self._loop)
+        except ZmeshError:
+            self._closed = True
+            raise
+        self.registry.merge(self._local_record())
+        for endpoint in self._seed_endpoints:
+            self.connect(endpoint)
+        await self._start_discovery()
+        self._schedule_tick()
+
+    async def _start_discovery(self) -> None:
+        if self.transport.name != "zmq" or self.discovery_enabled is False:
+            return
+        starter = getattr(self.transport, "start_discovery", None)
+        if starter is not None:
+            self._discovery = await starter(self)
+
+    async def close(self) -> None:
+        """Say goodbye to every peer, fail what is pending, release sockets."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        if self._discovery is not None:
+            await self._discovery.close()
+        if self._started:
+            bye = codec.encode_item([codec.BYE, "closed"])
+            for peer in self._peers.values():
+                peer.link.send(codec.join_frame([bye]))
+        self._flush()
+        for key, pending in list(self._pending.items()):
+            self._pending.pop(key, None)
+            pending.timer.cancel()
+            if not pending.future.done():
+                pending.future.set_exception(NodeClosed("the node was closed"))
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for waiter in self._settle_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        for peer in self._peers.values():
+            peer.link.close()
+        for seed in self._seeds.values():
+            seed.link.close()
+        self._peers.clear()
+        self._peers_by_key.clear()
+        if self._started:
+            await self.transport.close()
+        for queue in self._event_queues:
+            queue.put_nowait(MeshEvent("peer_left", self.id, detail="closed"))
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def endpoint(self) -> str:
+        """This node's direct (ROUTER) endpoint; give it to others as a seed."""
+        return self.transport.router_endpoint
+
+    @property
+    def pub_endpoint(self) -> str:
+        return self.transport.pub_endpoint
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("started" if self._started else "new")
+        return f"<zmesh.Node {self.id!r} mesh={self.mesh!r} {self.transport.name} {state}>"
+
+    # -- agents ----------------------------------------------------------
+
+    def agent(self, agent_id: str, *, capabilities: Iterable[str] = ()) -> Agent:
+        """Register an agent on this node; AgentExists if the id is taken mesh-wide."""
+        from .agent import Agent
+
+        self._check_open()
+        if not isinstance(agent_id, str) or not agent_id or len(agent_id) > 256:
+            raise ValueError(f"agent id must be a non-empty string of at most 256 characters, got {agent_id!r}")
+        caps = tuple(capabilities)
+        if any(not isinstance(c, str) or not c for c in caps):
+            raise ValueError(f"capabilities must be non-empty strings, got {caps!r}")
+        if agent_id in self._agents:
+            raise AgentExists(f"agent {agent_id!r} is already registered on this node")
+        other = self.registry.node_of(agent_id)
+        if other is not None:
+            raise AgentExists(f"agent {agent_id!r} is already registered on node {other!r}")
+        agent = Agent(self, agent_id, caps)
+        self._agents[agent_id] = agent
+        self._record_changed()
+        return agent
+
+    @property
+    def agents(self) -> dict[str, Agent]:
+        """The agents hosted by this node, by id."""
+        return dict(self._agents)
+
+    def _remove_agent(self, agent_id: str) -> None:
+        if self._agents.pop(agent_id, None) is not None:
+            self._record_changed()
+
+    def _local_record(self) -> NodeRecord:
+        return NodeRecord(
+            node_id=self.id,
+            incarnation=self.incarnation,
+            mesh=self.mesh,
+            version=codec.PROTOCOL_VERSION,
+            router=self.transport.router_endpoint,
+            pub=self.transport.pub_endpoint,
+            seq=self._seq,
+            agents={a.id: a.capabilities for a in self._agents.values()},
+            subs={a.id: frozenset(a._subscriptions) for a in self._agents.values() if a._subscriptions},
+        )
+
+    def _record_changed(self) -> None:
+        self._seq += 1
+        record = self._local_record()
+        self.registry.merge(record)
+        if not self._started or self._closed:
+            return
+        item = codec.encode_item([codec.UPDATE, record.to_wire()])
+        for peer in self._peers.values():
+            self._enqueue(peer.node_id, item)
+
+    # -- observation -----------------------------------------------------
+
+    def observe(self, callback: Observer) -> Callable[[], None]:
+        """Call ``callback(receipt)`` for every interaction; returns a function that stops it."""
+        self._observers.append(callback)
+
+        def stop() -> None:
+            if callback in self._observers:
+                self._observers.remove(callback)
+
+        return stop
+
+    def _receipt(
+        self,
+        kind: str,
+        outcome: str,
+        started: float,
+        msg: Message,
+        error: str = "",
+        reached: int = 0,
+    ) -> None:
+        if not self._observers:
+            return
+        receipt = Receipt(
+            kind,
+            outcome,
+            self.clock.monotonic() - started,
+            msg.sender,
+            msg.target,
+            msg.topic,
+            msg.trace_id,
+            msg.correlation_id,
+            error,
+            reached,
+        )
+        for callback in list(self._observers):
+            try:
+                callback(receipt)
+            except Exception:
+                log.exception("zmesh observer %r raised; receipt %r", callback, receipt)
+
+    def events(self, maxsize: int = 1000) -> AsyncIterator[MeshEvent]:
+        """Async iterator of MeshEvents (peer/agent joined/left, evasive, restarted)."""
+        queue: asyncio.Queue[MeshEvent] = asyncio.Queue(maxsize)
+        self._event_queues.append(queue)
+
+        async def iterate() -> AsyncIterator[MeshEvent]:
+            try:
+                while True:
+                    event = await queue.get()
+                    if event.kind == "peer_left" and event.node_id == self.id:
+                        return
+                    yield event
+            finally:
+                if queue in self._event_queues:
+                    self._event_queues.remove(queue)
+
+        return iterate()
+
+    def _emit(self, events: Iterable[MeshEvent]) -> None:
+        for event in events:
+            log.debug("zmesh %s: %s", self.id, event)
+            for queue in self._event_queues:
+                if queue.full():
+                    queue.get_nowait()
+                    self._stats["events_overflowed"] += 1
+                queue.put_nowait(event)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: traffic, drops by reason, pending requests, peers, dead letters."""
+        out: dict[str, Any] = dict(self._stats)
+        out["dropped"] = dict(self._dropped)
+        out["dropped_total"] = sum(self._dropped.values())
+        out["pending_requests"] = len(self._pending)
+        out["peers"] = sum(1 for p in self._peers.values() if p.joined)
+        out["agents"] = len(self._agents)
+        out["dead_letters"] = self.dead_letters.total
+        out["transport"] = self.transport.stats()
+        return out
+
+    async def settled(self, timeout: float | None = None) -> bool:
+        """Wait until every joined peer has acknowledged this node's latest record.
+
+        Returns False if ``timeout`` (default ``settle_timeout``) ran out first.
+        """
+        deadline = time.monotonic() + (self.settle_timeout if timeout is None else timeout)
+        while not self._closed and not self._is_settled():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            waiter = asyncio.get_running_loop().create_future()
+            self._settle_waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except asyncio.TimeoutError:
+                return False
+            finally:
+                if waiter in self._settle_waiters:
+                    self._settle_waiters.remove(waiter)
+        return not self._closed
+
+    def _is_settled(self) -> bool:
+        return all(p.acked_seq >= self._seq for p in self._peers.values() if p.joined)
+
+    def _wake_settle_waiters(self) -> None:
+        waiters, self._settle_waiters = self._settle_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_for_agents(self, *agent_ids: str, timeout: float = 10.0) -> None:
+        """Wait until every given agent id is in the registry; Timeout otherwise."""
+        await self.wait_until(lambda: all(self.registry.node_of(a) for a in agent_ids), timeout,
+                              f"agents {agent_ids} did not appear")
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float, what: str = "condition") -> None:
+        """Poll ``predicate`` on registry changes until true; Timeout after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Timeout(f"{what} within {timeout} s")
+            await asyncio.sleep(min(0.01, remaining))
+
+    # -- joining ---------------------------------------------------------
+
+    def connect(self, endpoint: str) -> None:
+        """Join the mesh through a member's router endpoint (a seed)."""
+        self._check_open()
+        if endpoint in self._seeds or endpoint == self.endpoint:
+            return
+        if any(p.router == endpoint for p in self._peers.values()):
+            return
+        seed = _Seed(endpoint, self.transport.open_link(endpoint))
+        self._seeds[endpoint] = seed
+        self._send_hello(seed.link, reply=True)
+
+    def on_discovered(self, router_endpoint: str) -> None:
+        """Transport or discovery callback: a member may live at this endpoint."""
+        if self._closed or router_endpoint == self.endpoint:
+            return
+        self.connect(router_endpoint)
+
+    def _hello_item(self, reply: bool) -> bytes:
+        peers = [[p.node_id, p.router] for p in self._peers.values() if p.joined]
+        return codec.encode_item([codec.HELLO, self._local_record().to_wire(), peers, reply])
+
+    def _send_hello(self, link: Link, reply: bool) -> None:
+        link.send(codec.join_frame([self._hello_item(reply)]))
+
+    def _on_hello(self, key: str, item: list[Any]) -> None:
+        if len(item) != 4 or item[2].__class__ is not list:
+            raise FrameError("malformed", "hello")
+        record = parse_record(item[1])
+        if key != f"{record.node_id}|{record.incarnation}":
+            raise FrameError("spoofed_hello", "identity does not match record")
+        if record.node_id == self.id:
+            raise FrameError("self", "hello from a node with our own id")
+        if record.mesh != self.mesh:
+            self._refuse(record, f"mesh {record.mesh!r} is not {self.mesh!r}")
+            return
+        if record.version != codec.PROTOCOL_VERSION:
+            self._refuse(record, f"protocol version {record.version} is not {codec.PROTOCOL_VERSION}")
+            return
+        for seed in self._seeds.values():
+            if seed.endpoint == record.router:
+                seed.answered = True
+        peer = self._peers.get(record.node_id)
+        if peer is not None and peer.incarnation != record.incarnation:
+            if record.incarnation < peer.incarnation:
+                raise FrameError("stale_incarnation", record.node_id)
+            self._replace_incarnation(peer, record)
+            peer = None
+        if peer is None:
+            peer = self._add_peer(record, key)
+        else:
+            self._accept_record(peer, record)
+        if item[3]:
+            self._send_hello(peer.link, reply=False)
+        for node_id, router in item[2]:
+            if (
+                node_id.__class__ is str
+                and router.__class__ is str
+                and node_id != self.id
+                and node_id not in self._peers
+            ):
+                self.connect(router)
+
+    def _add_peer(self, record: NodeRecord, key: str) -> _Peer:
+        existing_seed = self._seeds.get(record.router)
+        link = existing_seed.link if existing_seed else self.transport.open_link(record.router)
+        if existing_seed is not None:
+            del self._seeds[record.router]
+        liveness = (
+            PeerLiveness(self.liveness_config, time.monotonic())
+            if self.transport.needs_liveness
+            else None
+        )
+        if liveness is not None:
+            liveness.event("hello")
+        peer = _Peer(
+            record.node_id, record.incarnation, key, link, record.router, record.pub, liveness, record
+        )
+        self._peers[record.node_id] = peer
+        self._peers_by_key[key] = peer
+        self.transport.subscribe(record.pub)
+        if key in self._ready_keys:
+            self._ready_keys.discard(key)
+            peer.sub_ready = True
+        self._maybe_join(peer)
+        return peer
+
+    def _replace_incarnation(self, peer: _Peer, record: NodeRecord) -> None:
+        """A node came back under the same name: drop the old one quietly."""
+        log.info("zmesh %s: node %s restarted", self.id, peer.node_id)
+        self._fail_pending_to(peer.node_id, f"node {peer.node_id!r} restarted")
+        self._peers.pop(peer.node_id, None)
+        self._peers_by_key.pop(peer.key, None)
+        self._outbox.pop(peer.node_id, None)
+        peer.link.close()
+        if peer.pub != record.pub:
+            self.transport.unsubscribe(peer.pub)
+        # The old record stays in the registry until the new incarnation joins,
+        # which then replaces it in one step (peer_restarted, no leave/join storm).
+
+    def _accept_record(self, peer: _Peer, record: NodeRecord) -> None:
+        if record.seq < peer.record.seq:
+            return
+        peer.record = record
+        if peer.joined:
+            self._emit(self.registry.merge(record))
+            self._enqueue(peer.node_id, codec.encode_item([codec.ACK, record.seq]))
+
+    def on_subscriber_ready(self, key: str) -> None:
+        """Transport callback: the peer with this key now receives our publications."""
+        peer = self._peers_by_key.get(key)
+        if peer is None:
+            if len(self._ready_keys) < _MAX_LOGGED_DROPS:
+                self._ready_keys.add(key)
+            return
+        peer.sub_ready = True
+        self._maybe_join(peer)
+
+    def _maybe_join(self, peer: _Peer) -> None:
+        if peer.joined or not peer.sub_ready:
+            return
+        peer.joined = True
+        self._emit(self.registry.merge(peer.record))
+        self._enqueue(peer.node_id, codec.encode_item([codec.ACK, peer.record.seq]))
+        if peer.acked_seq < self._seq:
+            # Our record may have changed since our HELLO went out.
+            self._enqueue(peer.node_id, codec.encode_item([codec.UPDATE, self._local_record().to_wire()]))
+
+    def _refuse(self, record: NodeRecord, reason: str) -> None:
+        self._drop("refused", record.node_id, f"refused node {record.node_id!r}: {reason}")
+        self._emit([MeshEvent("peer_refused", record.node_id, detail=reason)])
+        link = self.transport.open_link(record.router)
+        link.send(codec.join_frame([codec.encode_item([codec.REFUSE, reason, self.id])]))
+        link.close()
+
+    def _remove_peer(self, node_id: str, why: str) -> None:
+        peer = self._peers.pop(node_id, None)
+        if peer is None:
+            return
+        self._peers_by_key.pop(peer.key, None)
+        self._outbox.pop(node_id, None)
+        peer.link.close()
+        self.transport.unsubscribe(peer.pub)
+        self._fail_pending_to(node_id, f"node {node_id!r} {why}")
+        self._emit(self.registry.remove(node_id, why))
+        self._wake_settle_waiters()
+        log.info("zmesh %s: peer %s left (%s)", self.id, node_id, why)
+
+    def _fail_pending_to(self, node_id: str, why: str) -> None:
+        for key, pending in list(self._pending.items()):
+            if pending.node_id == node_id and not pending.future.done():
+                pending.future.set_exception(PeerLost(f"{why} before replying"))
+
+    @property
+    def peers(self) -> list[str]:
+        """Ids of the peers that have fully joined."""
+        return sorted(p.node_id for p in self._peers.values() if p.joined)
+
+    # -- liveness --------------------------------------------------------
+
+    def _schedule_tick(self) -> None:
+        if self._closed or self._loop is None:
+            return
+        interval = self.liveness_config.heartbeat / 2
+        self._tick_handle = self._loop.call_later(interval, self._tick)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for peer in list(self._peers.values()):
+            if peer.liveness is None:
+                continue
+            actions = peer.liveness.tick(now)
+            if "expire" in actions:
+                self._remove_peer(peer.node_id, "expired")
+                continue
+            if "ping" in actions:
+                self._emit([MeshEvent("peer_evasive", peer.node_id)])
+                self._enqueue(peer.node_id, codec.encode_item([codec.PING, True]))
+            elif "heartbeat" in actions:
+                self._enqueue(peer.node_id, codec.encode_item([codec.PING, False]))
+        for seed in self._seeds.values():
+            if not seed.answered and not seed.refused and now >= seed.next_try:
+                seed.next_try = now + _SEED_RETRY
+                self._send_hello(seed.link, reply=True)
+        self._schedule_tick()
+
+    # -- outbound --------------------------------------------------------
+
+    def _enqueue(self, node_id: str, item: bytes) -> None:
+        box = self._outbox.get(node_id)
+        if box is None:
+            self._outbox[node_id] = [[item], len(item)]
+        else:
+            if box[1] + len(item) > _BATCH_BYTES:
+                self._flush_one(node_id, box[0])
+                box[0] = []
+                box[1] = 0
+            box[0].append(item)
+            box[1] += len(item)
+        if not self._flush_scheduled and self._loop is not None:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _publish(self, item: bytes) -> None:
+        if self._pub_size + len(item) > _BATCH_BYTES and self._pub_items:
+            self._flush_pub()
+        self._pub_items.append(item)
+        self._pub_size += len(item)
+        if not self._flush_scheduled and self._loop is not None:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._pub_items:
+            self._flush_pub()
+        outbox, self._outbox = self._outbox, {}
+        for node_id, box in outbox.items():
+            self._flush_one(node_id, box[0])
+
+    def _flush_pub(self) -> None:
+        items, self._pub_items, self._pub_size = self._pub_items, [], 0
+        self.transport.publish(codec.join_pub_frame(self.id, self._seq, items))
+        self._stats["frames_published"] += 1
+
+    def _flush_one(self, node_id: str, items: list[bytes]) -> None:
+        if not items:
+            return
+        frame = codec.join_frame(items)
+        if node_id == _LOCAL:
+            self._handle_frame(None, frame)
+            return
+        peer = self._peers.get(node_id)
+        if peer is None:
+            self._stats["items_to_departed_peers"] += len(items)
+            return
+        peer.link.send(frame)
+        self._stats["frames_sent"] += 1
+        if peer.liveness is not None:
+            peer.liveness.sent(time.monotonic())
+
+    def _route(self, target: str) -> str | None:
+        """Outbox key for an agent id, or None when no node hosts it."""
+        if target in self._agents:
+            return _LOCAL
+        return self.registry.node_of(target)
+
+    # -- inbound ---------------------------------------------------------
+
+    def on_transport_drop(self, reason: str, where: str) -> None:
+        self._drop(reason, where)
+
+    def _drop(self, reason: str, where: str, detail: str = "") -> None:
+        self._dropped[reason] += 1
+        key = (where, reason)
+        if key not in self._logged_drops and len(self._logged_drops) < _MAX_LOGGED_DROPS:
+            self._logged_drops.add(key)
+            log.warning(
+                "zmesh %s: dropped input from %s: %s%s (logged once per peer and reason)",
+                self.id,
+                where or "unknown",
+                reason,
+                f" ({detail})" if detail else "",
+            )
+
+    def on_direct_frame(self, key: str, frame: bytes) -> None:
+        self._handle_frame(key, frame)
+
+    def _handle_frame(self, key: str | None, frame: bytes) -> None:
+        """Handle a direct frame; ``key`` is None for this node's own loopback."""
+        where = key or self.id
+        try:
+            items = codec.decode_frame(frame, self.max_frame)
+        except FrameError as exc:
+            self._drop(exc.reason, where, exc.detail)
+            return
+        peer = None
+        if key is not None:
+            peer = self._peers_by_key.get(key)
+            if peer is not None and peer.liveness is not None:
+                peer.liveness.heard(time.monotonic())
+        self._stats["frames_received"] += 1
+        for item in items:
+            try:
+                kind = item[0]
+                if kind == codec.MSG:
+                    if key is None:
+                        self._on_message(codec.message_from_item(item), self.id)
+                    elif peer is None or not peer.joined:
+                        raise FrameError("unknown_peer", "message before join")
+                    else:
+                        self._on_message(codec.message_from_item(item), peer.node_id)
+                elif key is None:
+                    raise FrameError("malformed", "control item on loopback")
+                elif kind == codec.HELLO:
+                    self._on_hello(key, item)
+                    peer = self._peers_by_key.get(key)
+                elif kind == codec.REFUSE:
+                    self._on_refuse(key, item)
+                elif peer is None:
+                    raise FrameError("unknown_peer", f"item kind {kind} before hello")
+                else:
+                    self._on_control(peer, kind, item)
+            except FrameError as exc:
+                self._drop(exc.reason, where, exc.detail)
+            except ZmeshError as exc:
+                self._drop("rejected", where, str(exc))
+
+    def _on_control(self, peer: _Peer, kind: int, item: list[Any]) -> None:
+        if kind == codec.UPDATE:
+            if len(item) != 2:
+                raise FrameError("malformed", "update")
+            record = parse_record(item[1])
+            if record.node_id != peer.node_id or record.incarnation != peer.incarnation:
+                raise FrameError("spoofed_update", record.node_id)
+            self._accept_record(peer, record)
+        elif kind == codec.ACK:
+            if len(item) != 2 or item[1].__class__ is not int:
+                raise FrameError("malformed", "ack")
+            if item[1] > peer.acked_seq:
+                peer.acked_seq = item[1]
+                if self._settle_waiters:
+                    self._wake_settle_waiters()
+        elif kind == codec.PING:
+            if len(item) == 2 and item[1] is True:
+                self._enqueue(peer.node_id, codec.encode_item([codec.PONG]))
+        elif kind == codec.PONG:
+            pass
+        elif kind == codec.BYE:
+            self._remove_peer(peer.node_id, "left")
+        else:
+            raise FrameError("unknown_item", str(kind))
+
+    def _on_refuse(self, key: str, item: list[Any]) -> None:
+        if len(item) != 3 or item[1].__class__ is not str or item[2].__class__ is not str:
+            raise FrameError("malformed", "refuse")
+        for seed in self._seeds.values():
+            if not seed.answered:
+                seed.refused = item[1]
+        log.error("zmesh %s: refused by node %r: %s", self.id, item[2], item[1])
+        self._emit([MeshEvent("peer_refused", item[2], detail=item[1])])
+
+    def on_pub_frame(self, frame: bytes) -> None:
+        try:
+            node_id, seq, items = codec.decode_pub_frame(frame, self.max_frame)
+        except FrameError as exc:
+            self._drop(exc.reason, "publisher")
+            return
+        peer = self._peers.get(node_id)
+        if peer is None or not peer.joined:
+            self._drop("unknown_publisher", node_id)
+            return
+        if peer.liveness is not None:
+            peer.liveness.heard(time.monotonic())
+        self._stats["frames_received"] += 1
+        for item in items:
+            try:
+                if item[0] != codec.MSG:
+                    raise FrameError("unknown_item", "only messages are published")
+                msg = codec.message_from_item(item)
+                if msg.target:
+                    raise FrameError("malformed", "published message with a target")
+                if msg.sender not in peer.record.agents and seq <= peer.record.seq:
+                    raise FrameError("spoofed_sender", msg.sender)
+                self._fan_out(msg)
+            except FrameError as exc:
+                self._drop(exc.reason, node_id, exc.detail)
+
+    def _on_message(self, msg: Message, from_node: str) -> None:
+        if from_node != self.id:
+            record = self.registry.record(from_node)
+            if record is None or msg.sender not in record.agents:
+                raise FrameError("spoofed_sender", msg.sender)
+        self._stats["messages_received"] += 1
+        if msg.type == "result" and msg.correlation_id:
+            self._on_reply(msg)
+        elif not msg.target:
+            self._fan_out(msg)
+        else:
+            self._deliver(msg)
+
+    def _on_reply(self, msg: Message) -> None:
+        pending = self._pending.get((msg.target, msg.correlation_id))
+        if pending is None or pending.future.done():
+            self._stats["late_replies"] += 1
+            return
+        pending.future.set_result(msg)
+
+    def _deliver(self, msg: Message) -> None:
+        agent = self._agents.get(msg.target)
+        if agent is None:
+            self._dead(msg, "not_found", f"no agent {msg.target!r} on node {self.id!r}")
+            if msg.correlation_id:
+                self._reply_status(msg, "not_found", f"agent {msg.target!r} is not registered")
+            return
+        if msg.ttl is not None and msg.expired(self.clock.time()):
+            self._dead(msg, "expired")
+            if msg.correlation_id:
+                self._reply_status(msg, "expired", "the ttl ran out before delivery")
+            return
+        if msg.topic == HANDOFF_TOPIC and msg.type == "task":
+            agent._receive_handoff(msg)
+            return
+        handler = agent._handler_for(msg.topic)
+        if handler is None:
+            self._dead(msg, "no_handler")
+            if msg.correlation_id:
+                self._reply_status(msg, "no_handler", f"agent {agent.id!r} has no handler for {msg.topic!r}")
+            return
+        self._run(agent, handler, msg)
+
+    def _fan_out(self, msg: Message) -> None:
+        for agent in list(self._agents.values()):
+            if agent.id == msg.sender or not agent._subscriptions:
+                continue
+            if not any(matches(p, msg.topic) for p in agent._subscriptions):
+                continue
+            if msg.ttl is not None and msg.expired(self.clock.time()):
+                self._dead(msg, "expired", target=agent.id)
+                continue
+            handler = agent._handler_for(msg.topic)
+            if handler is None:
+                self._dead(msg, "no_handler", target=agent.id)
+                continue
+            self._run(agent, handler, msg, broadcast_to=agent.id)
+
+    def _run(self, agent: Agent, handler: Callable[..., Any], msg: Message, broadcast_to: str = "") -> None:
+        self._stats["handled"] += 1
+        context = contextvars.copy_context()
+        context.run(_trace_var.set, msg.trace_id)
+
+        def done(result: Any) -> None:
+            if msg.correlation_id and result is not DEFERRED and not broadcast_to:
+                if isinstance(result, Message):
+                    result = result.payload
+                agent._reply_now(msg, result)
+
+        def failed(exc: BaseException) -> None:
+            if isinstance(exc, asyncio.CancelledError):
+                return
+            log.error(
+                "zmesh: handler of agent %r for topic %r raised %s: %s",
+                agent.id,
+                msg.topic,
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+            self._stats["handler_errors"] += 1
+            self._dead(msg, "handler_error", f"{type(exc).__name__}: {exc}", target=agent.id)
+            if msg.correlation_id and not broadcast_to:
+                self._reply_status(
+                    msg, "error", {"type": type(exc).__name__, "message": str(exc)}
+                )
+
+        run_handler(handler, msg, done, failed, context, self._tasks)
+
+    def _reply_status(self, msg: Message, status: str, payload: Any) -> None:
+        reply = Message(
+            "result",
+            msg.target,
+            msg.reply_to or msg.sender,
+            msg.topic,
+            payload,
+            msg.correlation_id,
+            "",
+            msg.priority,
+            msg.qos,
+            None,
+            self.clock.time(),
+            msg.trace_id,
+            status,
+        )
+        self._send_reply(reply)
+
+    def _send_reply(self, reply: Message) -> None:
+        route = self._route(reply.target)
+        if route is None:
+            self._dead(reply, "not_found", "the requester is gone")
+            return
+        try:
+            item = codec.encode_message(reply, self.max_payload)
+        except InvalidMessage as exc:
+            # The handler's result cannot travel: tell the requester instead.
+            reply.status = "error"
+            reply.payload = {"type": "InvalidMessage", "message": str(exc)}
+            item = codec.encode_message(reply, self.max_payload)
+        self._enqueue(route, item)
+
+    def _dead(self, msg: Message, reason: str, detail: str = "", target: str = "") -> None:
+        self.dead_letters.add(
+            DeadLetter(reason, msg, target or msg.target, msg.trace_id, self.clock.time(), detail)
+        )
+
+    # -- primitives used by Agent ----------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NodeClosed(f"node {self.id!r} is closed")
+
+    def _stamp(self, msg: Message, trace_id: str | None) -> None:
+        msg.timestamp = self.clock.time()
+        msg.trace_id = trace_id or _trace_var.get() or msg.id
+
+    def _send(self, msg: Message, kind: str = "send") -> None:
+        """Fire-and-forget; raises before anything is sent."""
+        self._check_open()
+        started = self.clock.monotonic()
+        route = self._route(msg.target)
+        if route is None:
+            self._dead(msg, "not_found")
+            self._receipt(kind, "not_found", started, msg, "AgentNotRegistered")
+            raise AgentNotRegistered(f"no node in mesh {self.mesh!r} hosts agent {msg.target!r}")
+        item = codec.encode_message(msg, self.max_payload)
+        self._enqueue(route, item)
+        self._stats["messages_sent"] += 1
+        self._receipt(kind, "success", started, msg)
+
+    async def _redeliver(self, msg: Message) -> None:
+        self._send(msg)
+
+    async def _request(self, msg: Message, timeout: float, kind: str) -> Message:
+        self._check_open()
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+            raise InvalidMessage(f"timeout must be a positive number of seconds, got {timeout!r}")
+        started = self.clock.monotonic()
+        route = self._route(msg.target)
+        if route is None:
+            self._dead(msg, "not_found")
+            self._receipt(kind, "not_found", started, msg, "AgentNotRegistered")
+            raise AgentNotRegistered(f"no node in mesh {self.mesh!r} hosts agent {msg.target!r}")
+        key = (msg.reply_to, msg.correlation_id)
+        if key in self._pending:
+            raise InvalidMessage(f"a request with correlation id {msg.correlation_id!r} is already pending")
+        item = codec.encode_message(msg, self.max_payload)
+        assert self._loop is not None
+        future: asyncio.Future[Message] = self._loop.create_future()
+        timer = self.clock.call_later(timeout, self._on_timeout, key)
+        node_id = self.id if route == _LOCAL else route
+        self._pending[key] = _Pending(future, node_id, timer, msg, started, kind)
+        self._enqueue(route, item)
+        self._stats["requests_sent"] += 1
+        try:
+            reply = await future
+        except asyncio.CancelledError:
+            raise  # the caller's own cancellation: no receipt, no dead letter
+        except Timeout as exc:
+            self._dead(msg, "timeout", str(exc))
+            self._receipt(kind, "timeout", started, msg, "Timeout")
+            raise
+        except PeerLost as exc:
+            self._dead(msg, "peer_lost", str(exc))
+            self._receipt(kind, "failure", started, msg, "PeerLost")
+            raise PeerLost(str(exc)) from None
+        except ZmeshError as exc:
+            self._receipt(kind, "failure", started, msg, type(exc).__name__)
+            raise
+        finally:
+            timer.cancel()
+            if self._pending.get(key) is not None and self._pending[key].future is future:
+                del self._pending[key]
+        status = reply.status
+        if status == "ok":
+            self._receipt(kind, "success", started, msg)
+            return reply
+        error = _reply_error(reply)
+        outcome = {"not_found": "not_found", "expired": "timeout"}.get(status, "failure")
+        self._receipt(kind, outcome, started, msg, type(error).__name__)
+        raise error
+
+    def _on_timeout(self, key: tuple[str, str]) -> None:
+        pending = self._pending.get(key)
+        if pending is not None and not pending.future.done():
+            pending.future.set_exception(
+                Timeout(
+                    f"no reply from {pending.message.target!r} to {pending.message.topic!r} "
+                    f"within the timeout"
+                )
+            )
+
+    def _broadcast(self, msg: Message) -> int:
+        self._check_open()
+        started = self.clock.monotonic()
+        item = codec.encode_message(msg, self.max_payload)
+        subscribers = self.registry.subscribers(msg.topic)
+        reached = 0
+        remote = False
+        local = False
+        for agent_id, node_id in subscribers:
+            if agent_id == msg.sender:
+                continue
+            reached += 1
+            if node_id == self.id:
+                local = True
+            else:
+                remote = True
+        if local:
+            self._enqueue(_LOCAL, item)
+        if remote:
+            self._publish(item)
+        self._stats["broadcasts"] += 1
+        self._receipt("broadcast", "success", started, msg, reached=reached)
+        return reached
+
+
+def _reply_error(reply: Message) -> ZmeshError:
+    payload = reply.payload
+    if reply.status == "error":
+        if isinstance(payload, dict):
+            return HandlerError(str(payload.get("type", "Exception")), str(payload.get("message", "")), agent=reply.sender)
+        return HandlerError("Exception", str(payload), agent=reply.sender)
+    if reply.status == "no_handler":
+        return NoHandler(str(payload))
+    if reply.status == "not_found":
+        return AgentNotRegistered(str(payload))
+    if reply.status == "expired":
+        return Timeout(f"request expired before delivery: {payload}")
+    return ZmeshError(f"unexpected reply status {reply.status!r}")
+
+

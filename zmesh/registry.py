@@ -1,0 +1,242 @@
+"""The shared registry: which nodes are in the mesh, which agents they host,
+their capabilities and subscriptions. Pure state, no I/O.
+
+Each node is the only authority on its own record. It sends the whole record
+(small) on every change with a higher ``seq``; peers keep the newest record
+per node and replace a node's record outright when its ``incarnation``
+changes (a restart), so a restarted node is seen once, not as a leave and a
+join of every agent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from .codec import FrameError
+from .topics import matches
+
+__all__ = ["NodeRecord", "AgentInfo", "MeshEvent", "Registry", "parse_record", "EVENT_KINDS"]
+
+EVENT_KINDS = (
+    "peer_joined",
+    "peer_left",
+    "peer_restarted",
+    "peer_evasive",
+    "peer_refused",
+    "agent_joined",
+    "agent_left",
+)
+
+_MAX_AGENTS = 10_000
+_MAX_ID = 256
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    node_id: str
+    incarnation: str
+    mesh: str
+    version: int
+    router: str
+    pub: str
+    seq: int = 0
+    agents: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    subs: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "mesh": self.mesh,
+            "node": self.node_id,
+            "inc": self.incarnation,
+            "v": self.version,
+            "router": self.router,
+            "pub": self.pub,
+            "seq": self.seq,
+            "agents": {a: list(c) for a, c in self.agents.items()},
+            "subs": {a: sorted(p) for a, p in self.subs.items()},
+        }
+
+
+def _str(value: Any, what: str, limit: int = _MAX_ID) -> str:
+    if value.__class__ is not str or len(value) > limit:
+        raise FrameError("malformed", f"record field {what}")
+    return value  # type: ignore[no-any-return]
+
+
+def parse_record(data: Any) -> NodeRecord:
+    """Validate a record received from a peer; raise FrameError if malformed."""
+    if data.__class__ is not dict:
+        raise FrameError("malformed", "record is not a map")
+    try:
+        agents_in = data["agents"]
+        subs_in = data["subs"]
+        seq = data["seq"]
+        version = data["v"]
+        if (
+            agents_in.__class__ is not dict
+            or subs_in.__class__ is not dict
+            or seq.__class__ is not int
+            or version.__class__ is not int
+            or len(agents_in) > _MAX_AGENTS
+            or len(subs_in) > _MAX_AGENTS
+        ):
+            raise FrameError("malformed", "record fields")
+        agents: dict[str, tuple[str, ...]] = {}
+        for agent_id, caps in agents_in.items():
+            if caps.__class__ is not list:
+                raise FrameError("malformed", "capabilities")
+            agents[_str(agent_id, "agent")] = tuple(_str(c, "capability") for c in caps)
+        subs: dict[str, frozenset[str]] = {}
+        for agent_id, patterns in subs_in.items():
+            if patterns.__class__ is not list or agent_id not in agents:
+                raise FrameError("malformed", "subscriptions")
+            subs[agent_id] = frozenset(_str(p, "pattern") for p in patterns)
+        return NodeRecord(
+            node_id=_str(data["node"], "node"),
+            incarnation=_str(data["inc"], "inc"),
+            mesh=_str(data["mesh"], "mesh"),
+            version=version,
+            router=_str(data["router"], "router", 1024),
+            pub=_str(data["pub"], "pub", 1024),
+            seq=seq,
+            agents=agents,
+            subs=subs,
+        )
+    except KeyError as exc:
+        raise FrameError("malformed", f"record lacks {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInfo:
+    agent_id: str
+    node_id: str
+    capabilities: tuple[str, ...]
+    subscriptions: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class MeshEvent:
+    """A change in the mesh seen by this node (``node.events()``)."""
+
+    kind: str
+    node_id: str
+    agent_id: str = ""
+    detail: str = ""
+
+
+class Registry:
+    """This node's view of the mesh (its own record included)."""
+
+    def __init__(self, local_node_id: str) -> None:
+        self.local_node_id = local_node_id
+        self._records: dict[str, NodeRecord] = {}
+        self._agent_node: dict[str, str] = {}
+        self._subscriber_cache: dict[str, tuple[tuple[str, str], ...]] = {}
+
+    # -- queries ---------------------------------------------------------
+
+    def agents(self) -> dict[str, AgentInfo]:
+        """Every agent in the mesh, by id."""
+        out: dict[str, AgentInfo] = {}
+        for rec in self._records.values():
+            for agent_id, caps in rec.agents.items():
+                out[agent_id] = AgentInfo(
+                    agent_id, rec.node_id, caps, rec.subs.get(agent_id, frozenset())
+                )
+        return out
+
+    def nodes(self) -> list[NodeRecord]:
+        """Every node in the mesh, this one included, sorted by id."""
+        return sorted(self._records.values(), key=lambda r: r.node_id)
+
+    def record(self, node_id: str) -> NodeRecord | None:
+        return self._records.get(node_id)
+
+    def node_of(self, agent_id: str) -> str | None:
+        """The id of the node hosting ``agent_id``, or None."""
+        return self._agent_node.get(agent_id)
+
+    def find(self, capability: str) -> list[str]:
+        """Ids of the agents that declare ``capability``, sorted."""
+        return sorted(
+            agent_id
+            for rec in self._records.values()
+            for agent_id, caps in rec.agents.items()
+            if capability in caps
+        )
+
+    def subscriptions(self, node_id: str | None = None) -> dict[str, frozenset[str]]:
+        """Patterns per agent, for one node or the whole mesh."""
+        recs = [self._records[node_id]] if node_id else list(self._records.values())
+        out: dict[str, frozenset[str]] = {}
+        for rec in recs:
+            out.update(rec.subs)
+        return out
+
+    def subscribers(self, topic: str) -> tuple[tuple[str, str], ...]:
+        """(agent_id, node_id) of every agent with a pattern matching ``topic``."""
+        hit = self._subscriber_cache.get(topic)
+        if hit is None:
+            hit = tuple(
+                (agent_id, rec.node_id)
+                for rec in self._records.values()
+                for agent_id, patterns in rec.subs.items()
+                if any(matches(p, topic) for p in patterns)
+            )
+            if len(self._subscriber_cache) > 4096:
+                self._subscriber_cache.clear()
+            self._subscriber_cache[topic] = hit
+        return hit
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._records
+
+    # -- changes ---------------------------------------------------------
+
+    def merge(self, rec: NodeRecord) -> list[MeshEvent]:
+        """Apply a record; return the events it causes (none if it is stale)."""
+        old = self._records.get(rec.node_id)
+        events: list[MeshEvent] = []
+        if old is None:
+            events.append(MeshEvent("peer_joined", rec.node_id))
+            old_agents: Iterable[str] = ()
+        elif old.incarnation == rec.incarnation:
+            if rec.seq <= old.seq:
+                return []
+            old_agents = old.agents
+        else:
+            if rec.incarnation < old.incarnation:
+                return []  # a late record of an older incarnation
+            events.append(MeshEvent("peer_restarted", rec.node_id))
+            old_agents = old.agents
+        self._records[rec.node_id] = rec
+        events += [MeshEvent("agent_left", rec.node_id, a) for a in old_agents if a not in rec.agents]
+        events += [
+            MeshEvent("agent_joined", rec.node_id, a) for a in rec.agents if a not in old_agents
+        ]
+        self._reindex()
+        return events
+
+    def remove(self, node_id: str, detail: str = "") -> list[MeshEvent]:
+        """Forget a node and its agents; return the events."""
+        rec = self._records.pop(node_id, None)
+        if rec is None:
+            return []
+        self._reindex()
+        return [MeshEvent("agent_left", node_id, a) for a in rec.agents] + [
+            MeshEvent("peer_left", node_id, detail=detail)
+        ]
+
+    def _reindex(self) -> None:
+        self._subscriber_cache.clear()
+        index: dict[str, str] = {}
+        local = self._records.get(self.local_node_id)
+        for rec in self._records.values():
+            if rec is not local:
+                for agent_id in rec.agents:
+                    index.setdefault(agent_id, rec.node_id)
+        if local is not None:  # local agents win a (transient) duplicate claim
+            for agent_id in local.agents:
+                index[agent_id] = local.node_id
+        self._agent_node = index

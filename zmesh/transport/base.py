@@ -1,0 +1,76 @@
+"""The transport interface: what a node needs from the thing that moves frames.
+
+A transport only moves opaque frames (bytes) between nodes; everything that
+gives them meaning (HELLO, registry, requests, liveness) lives in the node and
+in the pure modules it uses, so every transport has the same semantics.
+
+* ``open_link(router_endpoint)`` returns a one-way channel to a peer's direct
+  inbox (ZeroMQ: a DEALER connected to the peer's ROUTER).
+* ``publish(frame)`` sends to every subscriber of this node (ZeroMQ: PUB);
+  ``subscribe(pub_endpoint)`` attaches this node to a peer's publications
+  (ZeroMQ: the SUB connects). Once attached, the *publisher's* host is told via
+  ``on_subscriber_ready(key)``, so a node never counts a peer in a broadcast
+  before that peer can actually receive it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from typing import Protocol
+
+__all__ = ["Link", "TransportHost", "Transport"]
+
+
+class Link(Protocol):
+    def send(self, frame: bytes) -> None:
+        """Queue ``frame`` for the peer; never blocks, never raises for a dead peer."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class TransportHost(Protocol):
+    """The callbacks a transport makes into its node (always on the node's loop)."""
+
+    def on_direct_frame(self, key: str, frame: bytes) -> None: ...
+
+    def on_pub_frame(self, frame: bytes) -> None: ...
+
+    def on_subscriber_ready(self, key: str) -> None: ...
+
+    def on_transport_drop(self, reason: str, where: str) -> None: ...
+
+    def on_discovered(self, router_endpoint: str) -> None: ...
+
+
+class Transport(ABC):
+    #: False where peers cannot die silently (in-process): liveness timers are skipped.
+    needs_liveness: bool = True
+    name: str = "?"
+    router_endpoint: str = ""
+    pub_endpoint: str = ""
+
+    @abstractmethod
+    async def start(
+        self, host: TransportHost, key: str, mesh: str, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        """Bind; afterwards ``router_endpoint`` and ``pub_endpoint`` are set."""
+
+    @abstractmethod
+    def open_link(self, router_endpoint: str) -> Link: ...
+
+    @abstractmethod
+    def subscribe(self, pub_endpoint: str) -> None: ...
+
+    @abstractmethod
+    def unsubscribe(self, pub_endpoint: str) -> None: ...
+
+    @abstractmethod
+    def publish(self, frame: bytes) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    def stats(self) -> dict[str, int]:
+        return {}
