@@ -228,6 +228,16 @@ class MdnsDiscovery:
         except Exception:  # registration failure must not kill browsing
             self._log.exception("zmesh discovery: registering %s failed", self.service_name)
 
+    async def wait_announced(self) -> bool:
+        """Wait until our own service has been registered and announced.
+
+        Returns False if registration failed or was cancelled (closed).
+        """
+        if self._register_task is None:
+            return False
+        await asyncio.wait([self._register_task])
+        return self._registered and not self._register_task.cancelled()
+
     async def refresh(self) -> None:
         """Re-announce ourselves and restart browsing (e.g. after a link came back).
 

@@ -113,7 +113,7 @@ class _Seed:
     next_try: float = field(default=0.0)
 
 
-def _make_transport(spec: str | Transport) -> Transport:
+def _make_transport(spec: str | Transport, interfaces: str | Sequence[str] | None) -> Transport:
     if isinstance(spec, Transport):
         return spec
     if spec == "inproc":
@@ -123,7 +123,7 @@ def _make_transport(spec: str | Transport) -> Transport:
     if spec == "zmq":
         from .transport.zmq import ZmqTransport
 
-        return ZmqTransport()
+        return ZmqTransport(interfaces=interfaces)
     raise ValueError(f"unknown transport {spec!r}: use 'zmq', 'inproc' or a Transport instance")
 
 
@@ -171,7 +171,7 @@ class Node:
         self.settle_timeout = settle_timeout
         self.interfaces = interfaces
         self.discovery_enabled = discovery
-        self.transport = _make_transport(transport)
+        self.transport = _make_transport(transport, interfaces)
         self.registry = Registry(self.id)
         self.dead_letters = DeadLetters(dead_letter_capacity, self._redeliver)
         self._seed_endpoints = list(seeds)

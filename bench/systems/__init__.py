@@ -1,0 +1,40 @@
+"""Registry of benchmarked systems: ``key -> "module:Class"``.
+
+To add a system, write ``bench/systems/<name>.py`` (a :class:`~.base.System`
+subclass plus a module-level ``peer(role, args, ctl)``) and add one line here.
+Modules are imported lazily, so a missing client library only skips that
+system.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from .base import System
+
+__all__ = ["REGISTRY", "BASELINE", "load_class", "load_module"]
+
+REGISTRY: dict[str, str] = {
+    "zmq": "bench.systems.raw_zmq:RawZmq",
+    "zmq-batch32": "bench.systems.raw_zmq:RawZmqBatch",
+    "nats": "bench.systems.nats:Nats",
+    "mqtt": "bench.systems.mqtt:Mqtt",
+    "redis": "bench.systems.redis_pubsub:RedisPubSub",
+}
+
+#: The system the table's ratios are relative to.
+BASELINE = "zmq"
+
+
+def load_module(key: str) -> ModuleType:
+    """Import the module that implements system *key*."""
+    return importlib.import_module(REGISTRY[key].split(":", 1)[0])
+
+
+def load_class(key: str) -> type[System]:
+    """The :class:`System` subclass registered under *key*."""
+    cls = getattr(load_module(key), REGISTRY[key].split(":", 1)[1])
+    if not (isinstance(cls, type) and issubclass(cls, System)):
+        raise TypeError(f"{REGISTRY[key]} is not a System")
+    return cls

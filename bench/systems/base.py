@@ -1,0 +1,141 @@
+"""The interface every benchmarked system implements.
+
+A system has two halves:
+
+* the orchestrator half, a :class:`System` subclass: availability check,
+  server start/stop, and the three workloads (each returns ``None`` when the
+  workload does not apply to the system);
+* the peer half, a module-level ``peer(role, args, ctl)`` function in the
+  same module, run inside ``python -m bench.peers <key> <role> <json>``.
+
+:class:`PeerSystem` wires the three workloads to the shared harness
+(:func:`bench.harness.run_stream` and :func:`bench.harness.run_rtt`), so a
+new system usually only writes ``available``, maybe ``setup``/``teardown``
+and ``peer_args``, and the peer roles ``sink``, ``source``, ``echo`` and
+``client`` (see ``bench/README.md``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from abc import ABC
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..harness import run_rtt, run_stream
+
+__all__ = ["System", "PeerSystem", "Sizes", "WORKLOADS", "binary_available"]
+
+#: Workload names, in table order.
+WORKLOADS = ("throughput", "rtt", "fanout")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Message counts and timeouts for one bench run."""
+
+    throughput_n: int
+    rtt_n: int
+    fanout_n: int  # data envelopes per subscriber
+    subscribers: int = 4
+    warmup: int = 2000  # envelopes each receiver sees before measuring
+    rtt_warmup: int = 500  # round trips before measuring
+    timeout: float = 120.0  # hard limit for one workload run, seconds
+
+
+class System(ABC):
+    """Orchestrator half of a benchmarked system."""
+
+    #: Short id used by ``--systems`` and by ``python -m bench.peers``.
+    key: ClassVar[str]
+    #: Human label for the table and chart.
+    label: ClassVar[str]
+    #: Extra words shown under the table (e.g. "fan-out uses PUB/SUB").
+    notes: ClassVar[str] = ""
+
+    def __init__(self, sizes: Sizes) -> None:
+        self.sizes = sizes
+
+    @property
+    def name(self) -> str:
+        return self.key
+
+    def available(self) -> tuple[bool, str]:
+        """Whether this system can run here; the note says why not (one line)."""
+        return True, ""
+
+    def setup(self) -> None:
+        """Start whatever server the system needs (bind 127.0.0.1 only)."""
+
+    def teardown(self) -> None:
+        """Stop what :meth:`setup` started. Must be safe to call twice."""
+
+    def versions(self) -> dict[str, str]:
+        """Client/server versions to record in results.json."""
+        return {}
+
+    def throughput(self, n: int) -> float | None:
+        """One-way msgs/s from one sender process to one receiver process."""
+        return None
+
+    def rtt(self, n: int) -> tuple[float, float] | None:
+        """(p50, p99) round-trip time in microseconds over n awaited requests."""
+        return None
+
+    def fanout(self, n: int, subscribers: int = 4) -> float | None:
+        """Deliveries/s: one publisher, n messages to each of *subscribers* processes."""
+        return None
+
+
+class PeerSystem(System):
+    """A :class:`System` whose workloads run through the shared peer harness.
+
+    Subclasses list what they support in ``supports`` and give the
+    connection details their peers need in :meth:`peer_args`.
+    """
+
+    supports: ClassVar[frozenset[str]] = frozenset(WORKLOADS)
+
+    def peer_args(self, workload: str) -> dict[str, Any]:
+        """JSON-able arguments passed to every peer of *workload*."""
+        return {"workload": workload}
+
+    def _timeout(self, n: int) -> float:
+        # bounded: a floor for process start-up plus 1 ms per message, capped
+        return min(self.sizes.timeout, 20.0 + n / 1000.0)
+
+    def throughput(self, n: int) -> float | None:
+        if "throughput" not in self.supports:
+            return None
+        out = run_stream(self.key, self.peer_args("throughput"), n, 1, self.sizes.warmup, self._timeout(n))
+        return out.rate
+
+    def rtt(self, n: int) -> tuple[float, float] | None:
+        if "rtt" not in self.supports:
+            return None
+        res = run_rtt(self.key, self.peer_args("rtt"), n, self.sizes.rtt_warmup, self._timeout(n * 5))
+        return float(res["p50_us"]), float(res["p99_us"])
+
+    def fanout(self, n: int, subscribers: int = 4) -> float | None:
+        if "fanout" not in self.supports:
+            return None
+        args = self.peer_args("fanout")
+        out = run_stream(self.key, args, n, subscribers, self.sizes.warmup, self._timeout(n * subscribers))
+        return out.rate
+
+
+def binary_available(binary: str, apt_package: str) -> tuple[bool, str]:
+    """``(True, path)`` if *binary* is on PATH (or in /usr/sbin), else an install hint."""
+    path = shutil.which(binary) or shutil.which(binary, path="/usr/sbin:/usr/local/sbin:/sbin")
+    if path:
+        return True, path
+    return False, f"{binary} not installed: apt-get install {apt_package}"
+
+
+def module_available(module: str, pip_package: str) -> tuple[bool, str]:
+    """``(True, "")`` if *module* imports, else an install hint."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        return False, f"{module} not importable: pip install {pip_package}"
+    return True, ""

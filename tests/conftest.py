@@ -1,0 +1,61 @@
+"""Shared test set-up.
+
+* Every test runs local-only: ZMESH_INTERFACES=127.0.0.1 (tests that build
+  their own network namespaces set their children's environment themselves).
+* ``async def`` tests run on a fresh event loop under a deadline.
+* Tests fail if they leak threads or ZeroMQ sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import threading
+from typing import Any, Iterator
+
+import pytest
+
+os.environ["ZMESH_INTERFACES"] = "127.0.0.1"
+
+ASYNC_TEST_TIMEOUT = 30.0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: Any) -> bool | None:
+    if not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return None
+    kwargs = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    marker = pyfuncitem.get_closest_marker("timeout")
+    timeout = float(marker.args[0]) if marker and marker.args else ASYNC_TEST_TIMEOUT
+
+    async def run() -> None:
+        await asyncio.wait_for(pyfuncitem.obj(**kwargs), timeout)
+
+    asyncio.run(run())
+    return True
+
+
+@pytest.fixture(autouse=True)
+def _local_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZMESH_INTERFACES", "127.0.0.1")
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks() -> Iterator[None]:
+    before = {t.ident for t in threading.enumerate()}
+    yield
+    from zmesh.transport import zmq as zmq_transport
+
+    assert zmq_transport.open_sockets() == 0, "test leaked ZeroMQ sockets"
+    leaked = [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    for thread in leaked:
+        thread.join(timeout=2)
+    leaked = [t for t in leaked if t.is_alive()]
+    assert not leaked, f"test leaked threads: {leaked}"
+
+
+@pytest.fixture(params=["inproc", "zmq"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """Run the test once per transport: the semantics must be identical."""
+    return str(request.param)

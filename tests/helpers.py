@@ -1,0 +1,68 @@
+"""Test helpers: a Mesh of nodes that are all closed at the end, and polling waits."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from typing import Any, Callable
+
+import zmesh
+
+_mesh_ids = itertools.count()
+
+
+async def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> None:
+    """Poll ``predicate`` until it is true; fail the test after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+class Mesh:
+    """``async with Mesh(transport) as m``: ``await m.node()`` adds a started
+    node of a mesh unique to this test; all are closed on exit."""
+
+    def __init__(self, transport: str, **defaults: Any) -> None:
+        self.transport = transport
+        self.name = f"t{next(_mesh_ids)}-{time.monotonic_ns() % 10**9}"
+        self.defaults = defaults
+        self.nodes: list[zmesh.Node] = []
+
+    async def node(self, **kwargs: Any) -> zmesh.Node:
+        options = {**self.defaults, **kwargs}
+        if self.transport == "zmq" and self.nodes and "seeds" not in options:
+            options["seeds"] = [self.nodes[0].endpoint]
+        if self.transport == "zmq":
+            options.setdefault("discovery", False)
+        node = zmesh.Node(self.name, transport=self.transport, **options)
+        self.nodes.append(node)
+        await node.start()
+        return node
+
+    async def converged(self, timeout: float = 5.0) -> None:
+        """Wait until every node sees every node and every agent."""
+        want_nodes = {n.id for n in self.nodes if not n.closed}
+        want_agents = {a for n in self.nodes if not n.closed for a in n.agents}
+
+        def done() -> bool:
+            return all(
+                {r.node_id for r in n.registry.nodes()} == want_nodes
+                and set(n.registry.agents()) == want_agents
+                for n in self.nodes
+                if not n.closed
+            )
+
+        await wait_for(done, timeout, "the mesh to converge")
+        for n in self.nodes:
+            if not n.closed:
+                assert await n.settled(timeout)
+
+    async def __aenter__(self) -> Mesh:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for node in reversed(self.nodes):
+            await node.close()

@@ -1,0 +1,376 @@
+"""MdnsDiscovery on 127.0.0.1 only (mDNS never leaves the host).
+
+Every test runs its own coroutine under ``asyncio.run`` with an
+``asyncio.wait_for`` deadline, uses a unique mesh name (other test sessions on
+this host may share 127.0.0.1:5353) and waits on events or polled conditions,
+never on fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import pytest
+from zeroconf import ServiceInfo
+from zeroconf.asyncio import AsyncZeroconf
+
+from zmesh.discovery import MdnsDiscovery, PeerAdvert, instance_label
+from zmesh.interfaces import InterfaceScope, resolve_interfaces
+
+pytestmark = pytest.mark.timeout(30)
+
+LOCAL: InterfaceScope = resolve_interfaces("127.0.0.1")  # never anything but loopback here
+SERVICE_TYPE = MdnsDiscovery.SERVICE_TYPE
+T = TypeVar("T")
+
+
+def run(coro: Awaitable[T], deadline: float = 20.0) -> T:
+    """Run ``coro`` in a fresh event loop, failing after ``deadline`` seconds."""
+
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, deadline)
+
+    return asyncio.run(bounded())
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+    """Poll ``predicate`` until true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def unique_mesh() -> str:
+    """A mesh name no other test (or test session) uses."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class Recorder:
+    """Collects on_peer / on_peer_gone callbacks and wakes waiters."""
+
+    peers: list[PeerAdvert] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def on_peer(self, advert: PeerAdvert) -> None:
+        self.peers.append(advert)
+        self.changed.set()
+
+    def on_gone(self, node_id: str) -> None:
+        self.gone.append(node_id)
+        self.changed.set()
+
+    def nodes(self) -> set[str]:
+        return {p.node_id for p in self.peers}
+
+    async def wait(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+        """Wait for ``predicate`` to hold after some callback, with a deadline."""
+
+        async def loop() -> None:
+            while not predicate():
+                self.changed.clear()
+                await self.changed.wait()
+
+        await asyncio.wait_for(loop(), timeout)
+
+
+def make(
+    mesh: str,
+    node_id: str,
+    rec: Recorder,
+    *,
+    incarnation: str = "1",
+    version: int = 1,
+    port: int = 40000,
+) -> MdnsDiscovery:
+    """An MdnsDiscovery on 127.0.0.1 reporting into ``rec``."""
+    return MdnsDiscovery(
+        mesh=mesh,
+        node_id=node_id,
+        incarnation=incarnation,
+        version=version,
+        scope=LOCAL,
+        router_port=port,
+        pub_port=port + 1,
+        on_peer=rec.on_peer,
+        on_peer_gone=rec.on_gone,
+    )
+
+
+def test_two_nodes_discover_each_other_fast_and_ignore_other_mesh() -> None:
+    async def main() -> float:
+        mesh = unique_mesh()
+        ra, rb, rc = Recorder(), Recorder(), Recorder()
+        a = make(mesh, "alpha", ra, port=41000)
+        b = make(mesh, "beta", rb, port=42000)
+        c = make(unique_mesh(), "gamma", rc, port=43000)
+        started = time.monotonic()
+        try:
+            await c.start()
+            await a.start()
+            await b.start()
+            await ra.wait(lambda: "beta" in ra.nodes())
+            await rb.wait(lambda: "alpha" in rb.nodes())
+            elapsed = time.monotonic() - started
+            # c's advert reaches a and b and is filtered out (and vice versa)
+            await until(lambda: a.stats["ignored_other_mesh"] >= 1 and b.stats["ignored_other_mesh"] >= 1)
+            await until(lambda: c.stats["ignored_other_mesh"] >= 2, what="c ignoring a and b")
+            assert ra.nodes() == {"beta"} and rb.nodes() == {"alpha"} and rc.nodes() == set()
+            (seen_b,) = ra.peers
+            assert seen_b.mesh == mesh and seen_b.incarnation == "1" and seen_b.version == 1
+            assert seen_b.addresses == ("127.0.0.1",)
+            assert seen_b.router_endpoints() == ["tcp://127.0.0.1:42000"]
+            assert seen_b.pub_endpoints() == ["tcp://127.0.0.1:42001"]
+            assert a.peers == {"beta": seen_b}
+            # our own record is seen by our browser but never reported
+            await until(lambda: a.stats["ignored_self"] >= 1 and b.stats["ignored_self"] >= 1)
+            assert a.stats["peers_seen"] == 1 and b.stats["peers_seen"] == 1
+            return elapsed
+        finally:
+            await asyncio.gather(a.close(), b.close(), c.close())
+
+    elapsed = run(main())
+    assert elapsed < 5.0
+
+
+def test_late_joiner_sees_existing_node_and_is_seen() -> None:
+    async def main() -> None:
+        mesh = unique_mesh()
+        ra, rb = Recorder(), Recorder()
+        a = make(mesh, "early", ra)
+        b = make(mesh, "late", rb)
+        try:
+            await a.start()
+            await until(lambda: a.stats["ignored_self"] >= 1, what="a's own announcement")
+            await b.start()
+            await asyncio.gather(ra.wait(lambda: ra.nodes() == {"late"}), rb.wait(lambda: rb.nodes() == {"early"}))
+        finally:
+            await a.close()
+            await b.close()
+
+    run(main())
+
+
+def test_restart_with_new_incarnation_is_reported_again_and_goodbye_reports_gone() -> None:
+    async def main() -> None:
+        mesh = unique_mesh()
+        ra = Recorder()
+        a = make(mesh, "watcher", ra)
+        b1 = make(mesh, "worker", Recorder(), incarnation="inc-1", port=44000)
+        b2 = make(mesh, "worker", Recorder(), incarnation="inc-2", port=45000)
+        b3 = make(mesh, "worker", Recorder(), incarnation="inc-3", port=46000)
+        try:
+            await a.start()
+            await b1.start()
+            await ra.wait(lambda: len(ra.peers) == 1)
+            await b1.close()  # goodbye packets
+            await ra.wait(lambda: ra.gone == ["worker"])
+            await b2.start()  # restart: new incarnation
+            await ra.wait(lambda: len(ra.peers) == 2)
+            assert [(p.node_id, p.incarnation, p.router_port) for p in ra.peers] == [
+                ("worker", "inc-1", 44000),
+                ("worker", "inc-2", 45000),
+            ]
+            # overlapping restart: inc-3 appears before inc-2 says goodbye -> no "gone"
+            await b3.start()
+            await ra.wait(lambda: len(ra.peers) == 3)
+            await b2.close()
+            await until(lambda: a.stats["peers_gone"] == 1 and len(a._known) == 1, what="inc-2 withdrawn")
+            assert ra.gone == ["worker"]
+            assert a.peers["worker"].incarnation == "inc-3"
+        finally:
+            for d in (a, b1, b2, b3):
+                await d.close()
+
+    run(main())
+
+
+async def _register_raw(
+    zc: AsyncZeroconf, label: str, properties: dict[str, str], addresses: list[str] | None = None
+) -> ServiceInfo:
+    """Register a hand-made _zmesh._tcp service (no probing) on 127.0.0.1."""
+    info = ServiceInfo(
+        SERVICE_TYPE,
+        f"{label}.{SERVICE_TYPE}",
+        port=47000,
+        properties=properties,
+        server=f"{label}.local.",
+        parsed_addresses=addresses or ["127.0.0.1"],
+    )
+    await zc.async_register_service(info, cooperating_responders=True)
+    return info
+
+
+def test_malformed_and_foreign_records_are_ignored_counted_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="zmesh.discovery")
+    tag = uuid.uuid4().hex[:8]
+
+    async def main() -> None:
+        mesh = unique_mesh()
+        good = {"mesh": mesh, "node": "raw-good", "inc": "1", "v": "1", "rp": "47000", "pp": "47001"}
+        bad = {
+            f"nokeys-{tag}": {"mesh": mesh},
+            f"badport-{tag}": {**good, "node": "raw-badport", "rp": "http"},
+            f"badv-{tag}": {**good, "node": "raw-badv", "v": "one"},
+            f"zeroport-{tag}": {**good, "node": "raw-zeroport", "pp": "0"},
+            f"future-{tag}": {**good, "node": "raw-future", "v": "99"},
+            f"dupself-{tag}": {**good, "node": "me"},
+        }
+        rec = Recorder()
+        me = make(mesh, "me", rec)
+        raw = AsyncZeroconf(interfaces=["127.0.0.1"])
+        try:
+            await me.start()
+            infos = [await _register_raw(raw, label, props) for label, props in bad.items()]
+            await _register_raw(raw, f"offlink-{tag}", {**good, "node": "raw-offlink"}, ["10.254.1.2"])
+            await _register_raw(raw, f"nul-{tag}", {})
+            # a valid record registered after the garbage still gets through: nothing crashed
+            await _register_raw(raw, f"good-{tag}", good)
+            await rec.wait(lambda: rec.nodes() == {"raw-good"})
+            await until(
+                lambda: me.stats["ignored_malformed"] >= 5
+                and me.stats["ignored_version"] >= 1
+                and me.stats["ignored_unreachable"] >= 1
+                and me.stats["ignored_self"] >= 2,
+                what=f"ignored counters, got {me.stats}",
+            )
+            # re-announcing a malformed record does not log or count again
+            before = dict(me.stats)
+            await (await raw.async_update_service(infos[1]))
+            await _register_raw(raw, f"late-good-{tag}", {**good, "node": "raw-late"})
+            await rec.wait(lambda: "raw-late" in rec.nodes())
+            assert me.stats["ignored_malformed"] == before["ignored_malformed"]
+            assert rec.nodes() == {"raw-good", "raw-late"}
+        finally:
+            await raw.async_close()
+            await me.close()
+
+    run(main())
+    for label in (f"nokeys-{tag}", f"badport-{tag}", f"badv-{tag}", f"future-{tag}", f"offlink-{tag}"):
+        lines = [r for r in caplog.records if label in r.getMessage()]
+        assert len(lines) == 1, (label, [r.getMessage() for r in lines])
+        assert lines[0].levelno == logging.WARNING
+
+
+def test_callback_exceptions_do_not_break_discovery(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger="zmesh.discovery")
+
+    async def main() -> None:
+        mesh = unique_mesh()
+        seen = asyncio.Event()
+
+        def explode(advert: PeerAdvert) -> None:
+            seen.set()
+            raise RuntimeError("boom")
+
+        a = MdnsDiscovery(
+            mesh=mesh, node_id="a", incarnation="1", version=1, scope=LOCAL,
+            router_port=1000, pub_port=1001, on_peer=explode,
+        )
+        rb = Recorder()
+        b = make(mesh, "b", rb)
+        c = make(mesh, "c", Recorder())
+        try:
+            await a.start()
+            await b.start()
+            await seen.wait()
+            await c.start()
+            await until(lambda: a.stats["peers_seen"] == 2, what="a still discovering after a failed callback")
+            await rb.wait(lambda: rb.nodes() == {"a", "c"})
+        finally:
+            await asyncio.gather(a.close(), b.close(), c.close())
+
+    run(main())
+    assert any("on_peer callback failed" in r.getMessage() for r in caplog.records)
+
+
+def test_close_is_idempotent_and_leaves_no_threads() -> None:
+    before = set(threading.enumerate())
+
+    async def main() -> None:
+        rec = Recorder()
+        never_started = make(unique_mesh(), "idle", rec)
+        await never_started.close()
+        await never_started.close()
+        d = make(unique_mesh(), "closer", rec)
+        await d.start()
+        with pytest.raises(RuntimeError):
+            await d.start()
+        await asyncio.gather(d.close(), d.close())
+        await d.close()
+        await d.refresh()  # no-op after close
+
+    run(main())
+    assert set(threading.enumerate()) == before
+
+
+def test_refresh_rebrowses_without_duplicate_reports() -> None:
+    async def main() -> None:
+        mesh = unique_mesh()
+        ra, rb = Recorder(), Recorder()
+        a, b = make(mesh, "a", ra), make(mesh, "b", rb)
+        try:
+            await a.start()
+            await b.start()
+            await asyncio.gather(ra.wait(lambda: len(ra.peers) == 1), rb.wait(lambda: len(rb.peers) == 1))
+            await a.refresh()
+            c = make(mesh, "c", Recorder())
+            await c.start()
+            await ra.wait(lambda: ra.nodes() == {"b", "c"})
+            await c.close()
+            assert len(ra.peers) == 2 and len(rb.peers) == 2
+        finally:
+            await asyncio.gather(a.close(), b.close())
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"mesh": "m" * 251}, "mesh is too long"),
+        ({"node_id": "n" * 251}, "node is too long"),
+        ({"node_id": ""}, "node must be a non-empty string"),
+        ({"router_port": 0}, "router_port"),
+        ({"pub_port": 70000}, "pub_port"),
+        ({"version": -1}, "version"),
+    ],
+)
+def test_constructor_validates(kwargs: dict[str, object], match: str) -> None:
+    args: dict[str, object] = dict(
+        mesh="m", node_id="n", incarnation="i", version=1, scope=LOCAL,
+        router_port=1, pub_port=2, on_peer=lambda advert: None,
+    )
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        MdnsDiscovery(**args)  # type: ignore[arg-type]
+
+
+def test_txt_entries_at_the_limit_are_accepted() -> None:
+    d = MdnsDiscovery(
+        mesh="m" * 250, node_id="n" * 250, incarnation="i", version=1, scope=LOCAL,
+        router_port=1, pub_port=2, on_peer=lambda advert: None,
+    )
+    assert set(d.txt()) == {"mesh", "node", "inc", "v", "rp", "pp"}
+
+
+@pytest.mark.parametrize("node_id", ["agent-1", "Planner Agent/ü#2", "x" * 250, "---", "a.b.c"])
+def test_instance_label_is_a_valid_unique_dns_label(node_id: str) -> None:
+    label = instance_label(node_id, "inc")
+    assert 1 <= len(label.encode()) <= 63
+    assert all(ch.isascii() and (ch.isalnum() or ch == "-") for ch in label)
+    assert not label.startswith("-") and not label.endswith("-")
+    assert instance_label(node_id, "inc2") != label
+    assert instance_label(node_id + "x", "inc") != label

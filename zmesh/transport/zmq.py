@@ -1,0 +1,379 @@
+"""ZeroMQ transport: ROUTER + XPUB bound per node, a DEALER per peer, one SUB.
+
+Sockets are plain (non-asyncio) pyzmq sockets owned by the node's event loop:
+sends are non-blocking with no Future per message, and receives are drained
+in batches from ``loop.add_reader`` on ZMQ_FD. ZMQ_FD is edge-triggered, so
+every drain reads until EAGAIN and every send on a socket we also read from
+(the XPUB) re-checks ZMQ_EVENTS.
+
+The publisher side is an XPUB so the node learns when a peer's SUB is really
+attached: each SUB subscribes to ``b"J" + its node key`` besides ``b"M"``, and
+that subscription reaching our XPUB is the "subscriber ready" signal. Without
+it a broadcast right after a join would be lost to ZeroMQ's slow-joiner gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections import deque
+from typing import Any, Iterator, Sequence
+
+import zmq
+
+from ..errors import TransportError
+from .base import Transport, TransportHost
+
+__all__ = ["ZmqTransport", "open_sockets", "map_zmq_errors"]
+
+log = logging.getLogger("zmesh")
+
+_lock = threading.Lock()
+_context: zmq.Context[Any] | None = None
+_context_users = 0
+_open_sockets = 0
+
+_DRAIN_BUDGET = 1024
+_BACKLOG_LIMIT = 100_000
+_RETRY_DELAY = 0.002
+_BYE_LINGER_MS = 200
+
+
+def open_sockets() -> int:
+    """How many sockets zmesh has open in this process (tests assert 0 after each)."""
+    return _open_sockets
+
+
+@contextlib.contextmanager
+def map_zmq_errors(what: str) -> Iterator[None]:
+    """Translate ZeroMQ errors into TransportError at the boundary."""
+    try:
+        yield
+    except zmq.ZMQError as exc:
+        raise TransportError(f"{what}: {exc.strerror} (errno {exc.errno})") from None
+
+
+def _acquire_context() -> zmq.Context[Any]:
+    global _context, _context_users
+    with _lock:
+        if _context is None or _context.closed:
+            _context = zmq.Context()
+        _context_users += 1
+        return _context
+
+
+def _release_context() -> None:
+    global _context, _context_users
+    with _lock:
+        _context_users -= 1
+        if _context_users == 0 and _context is not None:
+            ctx, _context = _context, None
+            ctx.term()
+
+
+def _socket(ctx: zmq.Context[Any], kind: int) -> zmq.Socket[Any]:
+    global _open_sockets
+    sock = ctx.socket(kind)
+    with _lock:
+        _open_sockets += 1
+    return sock
+
+
+def _close(sock: zmq.Socket[Any], linger: int = 0) -> None:
+    global _open_sockets
+    if sock.closed:
+        return
+    sock.close(linger=linger)
+    with _lock:
+        _open_sockets -= 1
+
+
+class _ZmqLink:
+    """A DEALER connected to one peer's ROUTER; non-blocking, with a backlog."""
+
+    __slots__ = ("_transport", "_sock", "_backlog", "_retry", "endpoint")
+
+    def __init__(self, transport: ZmqTransport, endpoint: str) -> None:
+        self._transport = transport
+        self.endpoint = endpoint
+        self._backlog: deque[bytes] = deque()
+        self._retry: asyncio.TimerHandle | None = None
+        sock = _socket(transport._ctx, zmq.DEALER)
+        try:
+            sock.setsockopt(zmq.ROUTING_ID, transport._key.encode())
+            sock.setsockopt(zmq.SNDHWM, transport.hwm)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RECONNECT_IVL, 100)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+            sock.connect(endpoint)
+        except zmq.ZMQError as exc:
+            _close(sock)
+            transport._drop("bad_endpoint", f"{endpoint}: {exc.strerror}")
+            sock = None  # type: ignore[assignment]
+        self._sock = sock
+
+    def send(self, frame: bytes) -> None:
+        if self._sock is None:
+            return
+        if self._backlog:
+            self._queue(frame)
+            return
+        try:
+            self._sock.send(frame, zmq.NOBLOCK, copy=len(frame) < 65536)
+        except zmq.Again:
+            self._queue(frame)
+        except zmq.ZMQError as exc:
+            self._transport._drop("send_failed", f"{self.endpoint}: {exc.strerror}")
+
+    def _queue(self, frame: bytes) -> None:
+        if len(self._backlog) >= _BACKLOG_LIMIT:
+            self._backlog.popleft()
+            self._transport._drop("send_backlog_full", self.endpoint)
+        self._backlog.append(frame)
+        if self._retry is None and self._transport._loop is not None:
+            self._retry = self._transport._loop.call_later(_RETRY_DELAY, self._flush_backlog)
+
+    def _flush_backlog(self) -> None:
+        self._retry = None
+        if self._sock is None or self._sock.closed:
+            self._backlog.clear()
+            return
+        while self._backlog:
+            try:
+                self._sock.send(self._backlog[0], zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            except zmq.ZMQError as exc:
+                self._transport._drop("send_failed", f"{self.endpoint}: {exc.strerror}")
+            self._backlog.popleft()
+        if self._backlog and self._transport._loop is not None:
+            self._retry = self._transport._loop.call_later(_RETRY_DELAY, self._flush_backlog)
+
+    def close(self, linger_ms: int = _BYE_LINGER_MS) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        self._backlog.clear()
+        if self._sock is not None:
+            _close(self._sock, linger_ms)
+            self._sock = None  # type: ignore[assignment]
+        self._transport._links.discard(self)
+
+
+class ZmqTransport(Transport):
+    """ZeroMQ over TCP. ``interfaces`` as for Node; default local-only."""
+
+    name = "zmq"
+    needs_liveness = True
+
+    def __init__(self, *, interfaces: str | Sequence[str] | None = None, hwm: int = 100_000) -> None:
+        self.interfaces = interfaces
+        self.hwm = hwm
+        self.addresses: tuple[str, ...] = ()
+        self._ctx: zmq.Context[Any] = None  # type: ignore[assignment]
+        self._host: TransportHost | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._key = ""
+        self._router: zmq.Socket[Any] | None = None
+        self._xpub: zmq.Socket[Any] | None = None
+        self._sub: zmq.Socket[Any] | None = None
+        self._links: set[_ZmqLink] = set()
+        self._subscribed: set[str] = set()
+        self._counters: dict[str, int] = {}
+        self._closed = False
+
+    # -- set-up ----------------------------------------------------------
+
+    async def start(
+        self, host: TransportHost, key: str, mesh: str, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._host, self._key, self._loop = host, key, loop
+        self.addresses = self._resolve_addresses()
+        self._ctx = _acquire_context()
+        max_frame = int(getattr(host, "max_frame", 0)) or -1
+        try:
+            with map_zmq_errors("cannot set up the ZeroMQ sockets"):
+                self._router = _socket(self._ctx, zmq.ROUTER)
+                self._router.setsockopt(zmq.LINGER, 0)
+                self._router.setsockopt(zmq.RCVHWM, self.hwm)
+                self._router.setsockopt(zmq.MAXMSGSIZE, max_frame)
+                self._router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+                port = self._bind_all(self._router)
+                self.router_endpoint = f"tcp://{self.addresses[0]}:{port}"
+
+                self._xpub = _socket(self._ctx, zmq.XPUB)
+                self._xpub.setsockopt(zmq.LINGER, 0)
+                self._xpub.setsockopt(zmq.SNDHWM, self.hwm)
+                self._xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
+                port = self._bind_all(self._xpub)
+                self.pub_endpoint = f"tcp://{self.addresses[0]}:{port}"
+
+                self._sub = _socket(self._ctx, zmq.SUB)
+                self._sub.setsockopt(zmq.LINGER, 0)
+                self._sub.setsockopt(zmq.RCVHWM, self.hwm)
+                self._sub.setsockopt(zmq.MAXMSGSIZE, max_frame)
+                self._sub.setsockopt(zmq.SUBSCRIBE, b"M")
+                self._sub.setsockopt(zmq.SUBSCRIBE, b"J" + key.encode())
+        except TransportError:
+            self._close_sockets()
+            _release_context()
+            raise
+        for sock, drain in (
+            (self._router, self._drain_router),
+            (self._sub, self._drain_sub),
+            (self._xpub, self._drain_xpub),
+        ):
+            loop.add_reader(sock.getsockopt(zmq.FD), drain)
+            loop.call_soon(drain)
+
+    def _resolve_addresses(self) -> tuple[str, ...]:
+        try:
+            from ..interfaces import resolve_interfaces
+        except ImportError:  # pragma: no cover - interfaces module missing
+            return ("127.0.0.1",)
+        try:
+            return tuple(resolve_interfaces(self.interfaces).addresses)
+        except ValueError as exc:
+            raise TransportError(f"bad interfaces setting: {exc}") from None
+
+    def _bind_all(self, sock: zmq.Socket[Any]) -> int:
+        port = sock.bind_to_random_port(f"tcp://{self.addresses[0]}")
+        for address in self.addresses[1:]:
+            sock.bind(f"tcp://{address}:{port}")
+        return port
+
+    async def start_discovery(self, node: Any) -> Any:
+        """Start mDNS discovery for ``node`` (see zmesh.discovery)."""
+        try:
+            from ..discovery_glue import start_mdns
+        except ImportError:
+            return None
+        return await start_mdns(node, self)
+
+    # -- links and subscriptions -------------------------------------------
+
+    def open_link(self, router_endpoint: str) -> _ZmqLink:
+        link = _ZmqLink(self, router_endpoint)
+        self._links.add(link)
+        return link
+
+    def subscribe(self, pub_endpoint: str) -> None:
+        if self._sub is None or pub_endpoint in self._subscribed:
+            return
+        try:
+            self._sub.connect(pub_endpoint)
+        except zmq.ZMQError as exc:
+            self._drop("bad_endpoint", f"{pub_endpoint}: {exc.strerror}")
+            return
+        self._subscribed.add(pub_endpoint)
+
+    def unsubscribe(self, pub_endpoint: str) -> None:
+        if self._sub is None or pub_endpoint not in self._subscribed:
+            return
+        self._subscribed.discard(pub_endpoint)
+        with contextlib.suppress(zmq.ZMQError):
+            self._sub.disconnect(pub_endpoint)
+
+    def publish(self, frame: bytes) -> None:
+        xpub = self._xpub
+        if xpub is None:
+            return
+        try:
+            xpub.send(b"M", zmq.NOBLOCK | zmq.SNDMORE)
+            xpub.send(frame, zmq.NOBLOCK, copy=len(frame) < 65536)
+        except zmq.ZMQError as exc:
+            self._drop("publish_failed", exc.strerror)
+        # Sending may have consumed the edge that announces new subscriptions.
+        if xpub.getsockopt(zmq.EVENTS) & zmq.POLLIN and self._loop is not None:
+            self._loop.call_soon(self._drain_xpub)
+
+    # -- receiving -------------------------------------------------------
+
+    def _drop(self, reason: str, where: str) -> None:
+        self._counters[reason] = self._counters.get(reason, 0) + 1
+        if self._host is not None:
+            self._host.on_transport_drop(reason, where)
+
+    def _drain_router(self) -> None:
+        sock, host = self._router, self._host
+        if sock is None or host is None or sock.closed:
+            return
+        recv = sock.recv_multipart
+        for _ in range(_DRAIN_BUDGET):
+            try:
+                parts = recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except zmq.ZMQError as exc:
+                self._drop("recv_failed", exc.strerror)
+                return
+            if len(parts) != 2:
+                self._drop("malformed", "router: wrong number of frames")
+                continue
+            host.on_direct_frame(parts[0].decode("utf-8", "replace"), parts[1])
+        self._reschedule(self._drain_router)
+
+    def _drain_sub(self) -> None:
+        sock, host = self._sub, self._host
+        if sock is None or host is None or sock.closed:
+            return
+        recv = sock.recv_multipart
+        for _ in range(_DRAIN_BUDGET):
+            try:
+                parts = recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except zmq.ZMQError as exc:
+                self._drop("recv_failed", exc.strerror)
+                return
+            if len(parts) != 2 or parts[0] != b"M":
+                self._drop("malformed", "sub: unexpected frames")
+                continue
+            host.on_pub_frame(parts[1])
+        self._reschedule(self._drain_sub)
+
+    def _drain_xpub(self) -> None:
+        sock, host = self._xpub, self._host
+        if sock is None or host is None or sock.closed:
+            return
+        for _ in range(_DRAIN_BUDGET):
+            try:
+                data = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except zmq.ZMQError as exc:
+                self._drop("recv_failed", exc.strerror)
+                return
+            if data[:2] == b"\x01J":
+                host.on_subscriber_ready(data[2:].decode("utf-8", "replace"))
+        self._reschedule(self._drain_xpub)
+
+    def _reschedule(self, drain: Any) -> None:
+        if self._loop is not None and not self._closed:
+            self._loop.call_soon(drain)
+
+    # -- teardown --------------------------------------------------------
+
+    def _close_sockets(self) -> None:
+        for link in list(self._links):
+            link.close()
+        for sock in (self._router, self._xpub, self._sub):
+            if sock is not None:
+                _close(sock)
+        self._router = self._xpub = self._sub = None
+
+    async def close(self) -> None:
+        if self._closed or self._loop is None:
+            return
+        self._closed = True
+        for sock in (self._router, self._xpub, self._sub):
+            if sock is not None and not sock.closed:
+                with contextlib.suppress(Exception):
+                    self._loop.remove_reader(sock.getsockopt(zmq.FD))
+        self._close_sockets()
+        _release_context()
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._counters)
