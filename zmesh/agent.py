@@ -324,7 +324,7 @@ class Agent:
             msg,
         )
 
-        def done(accepted: Any) -> None:
+        def done(accepted: Any, _: Any) -> None:
             if accepted is True:
                 self._tasks.add(task_id)
                 self._reply_now(msg, {"accepted": True})
@@ -332,7 +332,7 @@ class Agent:
                 reason = accepted if isinstance(accepted, str) else "refused"
                 self._reply_now(msg, {"accepted": False, "reason": reason})
 
-        def failed(exc: BaseException) -> None:
+        def failed(exc: BaseException, _: Any) -> None:
             if isinstance(exc, asyncio.CancelledError):
                 return
             self.node._dead(msg, "handler_error", f"{type(exc).__name__}: {exc}")

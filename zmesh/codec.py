@@ -17,7 +17,7 @@ Items are msgpack arrays whose first element is the item kind.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Callable, Final
 
 import msgpack
 
@@ -82,18 +82,13 @@ def _array_header(n: int) -> bytes:
     return b"\xdd" + n.to_bytes(4, "big")
 
 
-def encode_message(msg: Message, max_payload: int) -> bytes:
-    """Encode ``msg`` as a MSG item; raise InvalidMessage if it cannot travel."""
+def encode_message(msg: Message, max_payload: int, pack: Callable[[Any], bytes] = _packb) -> bytes:
+    """Encode ``msg`` as a MSG item; raise InvalidMessage if it cannot travel.
+
+    ``pack`` may be a reusable ``msgpack.Packer().pack`` (one per thread).
+    """
     try:
-        payload = _packb(msg.payload)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidMessage(f"payload cannot be encoded with msgpack: {exc}") from None
-    if len(payload) > max_payload:
-        raise InvalidMessage(
-            f"payload is {len(payload)} bytes encoded, over the limit of {max_payload} bytes"
-        )
-    try:
-        head = _packb(
+        item: bytes = pack(
             [
                 MSG,
                 msg.id,
@@ -109,14 +104,21 @@ def encode_message(msg: Message, max_payload: int) -> bytes:
                 msg.timestamp,
                 msg.trace_id,
                 _STATUS_CODE[msg.status],
+                msg.payload,
             ]
         )
     except KeyError as exc:
         raise InvalidMessage(f"unknown message type or status {exc}") from None
     except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidMessage(f"message header cannot be encoded: {exc}") from None
-    # head is a 14-element fixarray; append the payload as the 15th element.
-    return b"\x9f" + head[1:] + payload
+        raise InvalidMessage(f"message cannot be encoded with msgpack: {exc}") from None
+    if len(item) > max_payload:
+        # Only now is it worth measuring the payload on its own.
+        size = len(_packb(msg.payload))
+        if size > max_payload:
+            raise InvalidMessage(
+                f"payload is {size} bytes encoded, over the limit of {max_payload} bytes"
+            )
+    return item
 
 
 def encode_item(item: list[Any]) -> bytes:

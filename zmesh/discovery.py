@@ -292,6 +292,10 @@ class MdnsDiscovery:
             self.stats["resolve_failed"] += 1
             self._log.debug("zmesh discovery: could not resolve %s", name)
             return
+        self._log.debug(
+            "zmesh discovery: resolved %s txt=%s addresses=%s",
+            name, info.properties, info.parsed_addresses(IPVersion.V4Only),
+        )
         try:
             advert = self._parse(info)
         except _Malformed as bad:

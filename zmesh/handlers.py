@@ -66,48 +66,55 @@ class _Resume:
 async def _finish(
     coro: Coroutine[Any, Any, Any],
     first: Any,
-    done: Callable[[Any], None],
-    failed: Callable[[BaseException], None],
+    done: Callable[[Any, Any], None],
+    failed: Callable[[BaseException, Any], None],
+    extra: Any,
 ) -> None:
     try:
         result = await _Resume(coro, first)
     except asyncio.CancelledError as exc:
-        failed(exc)
+        failed(exc, extra)
         raise
     except Exception as exc:
-        failed(exc)
+        failed(exc, extra)
     else:
-        done(result)
+        done(result, extra)
 
 
 def run_handler(
     handler: Callable[..., Any],
     arg: Any,
-    done: Callable[[Any], None],
-    failed: Callable[[BaseException], None],
+    done: Callable[[Any, Any], None],
+    failed: Callable[[BaseException, Any], None],
     context: contextvars.Context,
     tasks: set[asyncio.Task[None]],
+    extra: Any = None,
 ) -> None:
-    """Call ``handler(arg)`` in ``context``; report through done/failed.
+    """Call ``handler(arg)`` in ``context``; report ``done(result, extra)``
+    or ``failed(exc, extra)``.
 
     Tasks created for suspended handlers are kept in ``tasks`` (and removed
     when they finish) so the node can cancel them on close.
     """
     try:
         result = context.run(handler, arg)
-        if result.__class__ is not CoroutineType and not asyncio.iscoroutine(result):
-            done(result)
-            return
-        coro = result
-        first = context.run(coro.send, None)
+        if result.__class__ is not CoroutineType and (
+            result is None or not asyncio.iscoroutine(result)
+        ):
+            coro = None
+        else:
+            coro = result
+            first = context.run(coro.send, None)
     except StopIteration as stop:
-        done(stop.value)
-        return
+        result, coro = stop.value, None
     except Exception as exc:
-        failed(exc)
+        failed(exc, extra)
+        return
+    if coro is None:
+        done(result, extra)
         return
     task = context.run(
-        asyncio.get_running_loop().create_task, _finish(coro, first, done, failed)
+        asyncio.get_running_loop().create_task, _finish(coro, first, done, failed, extra)
     )
     tasks.add(task)
     task.add_done_callback(tasks.discard)

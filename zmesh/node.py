@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Sequence
 
+import msgpack
+
 from . import codec
 from .clock import Clock, SystemClock, TimerHandle
 from .codec import FrameError
@@ -185,6 +187,7 @@ class Node:
         self._pub_items: list[bytes] = []
         self._pub_size = 0
         self._flush_scheduled = False
+        self._in_drain = False
         self._observers: list[Observer] = []
         self._event_queues: list[asyncio.Queue[MeshEvent]] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -193,6 +196,7 @@ class Node:
         self._stats: Counter[str] = Counter()
         self._dropped: Counter[str] = Counter()
         self._seq = 0
+        self._pack = msgpack.Packer().pack  # a node is used from one thread
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
         self._discovery: Any = None
@@ -248,11 +252,11 @@ class Node:
             self._tick_handle.cancel()
         if self._discovery is not None:
             await self._discovery.close()
-        if self._started:
-            bye = codec.encode_item([codec.BYE, "closed"])
-            for peer in self._peers.values():
-                peer.link.send(codec.join_frame([bye]))
         self._flush()
+        if self._started:
+            bye = codec.join_frame([codec.encode_item([codec.BYE, "closed"])])
+            for peer in self._peers.values():
+                peer.link.send(bye)
         for key, pending in list(self._pending.items()):
             self._pending.pop(key, None)
             pending.timer.cancel()
@@ -663,6 +667,14 @@ class Node:
     def _enqueue(self, node_id: str, item: bytes) -> None:
         box = self._outbox.get(node_id)
         if box is None:
+            if not self._flush_scheduled and not self._in_drain and node_id != _LOCAL:
+                # Nothing else is queued this iteration: send now (latency), and
+                # batch whatever follows until the end of the iteration.
+                self._flush_one(node_id, [item])
+                if self._loop is not None:
+                    self._flush_scheduled = True
+                    self._loop.call_soon(self._flush)
+                return
             self._outbox[node_id] = [[item], len(item)]
         else:
             if box[1] + len(item) > _BATCH_BYTES:
@@ -717,7 +729,14 @@ class Node:
         """Outbox key for an agent id, or None when no node hosts it."""
         if target in self._agents:
             return _LOCAL
-        return self.registry.node_of(target)
+        node_id = self.registry.node_of(target)
+        if node_id is None:
+            # A peer whose HELLO arrived but whose SUB is not attached yet can
+            # already send us requests; its replies must still find it.
+            for peer in self._peers.values():
+                if not peer.joined and target in peer.record.agents:
+                    return peer.node_id
+        return node_id
 
     # -- inbound ---------------------------------------------------------
 
@@ -738,7 +757,14 @@ class Node:
             )
 
     def on_direct_frame(self, key: str, frame: bytes) -> None:
+        self._in_drain = True
         self._handle_frame(key, frame)
+
+    def on_drained(self) -> None:
+        """Transport callback after a batch of frames: send what they caused."""
+        self._in_drain = False
+        if self._outbox or self._pub_items:
+            self._flush()
 
     def _handle_frame(self, key: str | None, frame: bytes) -> None:
         """Handle a direct frame; ``key`` is None for this node's own loopback."""
@@ -759,11 +785,11 @@ class Node:
                 kind = item[0]
                 if kind == codec.MSG:
                     if key is None:
-                        self._on_message(codec.message_from_item(item), self.id)
-                    elif peer is None or not peer.joined:
-                        raise FrameError("unknown_peer", "message before join")
+                        self._on_message(codec.message_from_item(item), None)
+                    elif peer is None:
+                        raise FrameError("unknown_peer", "message before hello")
                     else:
-                        self._on_message(codec.message_from_item(item), peer.node_id)
+                        self._on_message(codec.message_from_item(item), peer)
                 elif key is None:
                     raise FrameError("malformed", "control item on loopback")
                 elif kind == codec.HELLO:
@@ -815,6 +841,7 @@ class Node:
         self._emit([MeshEvent("peer_refused", item[2], detail=item[1])])
 
     def on_pub_frame(self, frame: bytes) -> None:
+        self._in_drain = True
         try:
             node_id, seq, items = codec.decode_pub_frame(frame, self.max_frame)
         except FrameError as exc:
@@ -840,11 +867,9 @@ class Node:
             except FrameError as exc:
                 self._drop(exc.reason, node_id, exc.detail)
 
-    def _on_message(self, msg: Message, from_node: str) -> None:
-        if from_node != self.id:
-            record = self.registry.record(from_node)
-            if record is None or msg.sender not in record.agents:
-                raise FrameError("spoofed_sender", msg.sender)
+    def _on_message(self, msg: Message, peer: _Peer | None) -> None:
+        if peer is not None and msg.sender not in peer.record.agents:
+            raise FrameError("spoofed_sender", msg.sender)
         self._stats["messages_received"] += 1
         if msg.type == "result" and msg.correlation_id:
             self._on_reply(msg)
@@ -896,38 +921,40 @@ class Node:
             if handler is None:
                 self._dead(msg, "no_handler", target=agent.id)
                 continue
-            self._run(agent, handler, msg, broadcast_to=agent.id)
+            self._run(agent, handler, msg, broadcast=True)
 
-    def _run(self, agent: Agent, handler: Callable[..., Any], msg: Message, broadcast_to: str = "") -> None:
+    def _run(self, agent: Agent, handler: Callable[..., Any], msg: Message, broadcast: bool = False) -> None:
         self._stats["handled"] += 1
         context = contextvars.copy_context()
         context.run(_trace_var.set, msg.trace_id)
+        run_handler(
+            handler, msg, self._handler_done, self._handler_failed, context, self._tasks,
+            (agent, msg, broadcast),
+        )
 
-        def done(result: Any) -> None:
-            if msg.correlation_id and result is not DEFERRED and not broadcast_to:
-                if isinstance(result, Message):
-                    result = result.payload
-                agent._reply_now(msg, result)
+    def _handler_done(self, result: Any, extra: tuple[Agent, Message, bool]) -> None:
+        agent, msg, broadcast = extra
+        if msg.correlation_id and result is not DEFERRED and not broadcast:
+            if isinstance(result, Message):
+                result = result.payload
+            agent._reply_now(msg, result)
 
-        def failed(exc: BaseException) -> None:
-            if isinstance(exc, asyncio.CancelledError):
-                return
-            log.error(
-                "zmesh: handler of agent %r for topic %r raised %s: %s",
-                agent.id,
-                msg.topic,
-                type(exc).__name__,
-                exc,
-                exc_info=exc,
-            )
-            self._stats["handler_errors"] += 1
-            self._dead(msg, "handler_error", f"{type(exc).__name__}: {exc}", target=agent.id)
-            if msg.correlation_id and not broadcast_to:
-                self._reply_status(
-                    msg, "error", {"type": type(exc).__name__, "message": str(exc)}
-                )
-
-        run_handler(handler, msg, done, failed, context, self._tasks)
+    def _handler_failed(self, exc: BaseException, extra: tuple[Agent, Message, bool]) -> None:
+        agent, msg, broadcast = extra
+        if isinstance(exc, asyncio.CancelledError):
+            return
+        log.error(
+            "zmesh: handler of agent %r for topic %r raised %s: %s",
+            agent.id,
+            msg.topic,
+            type(exc).__name__,
+            exc,
+            exc_info=exc,
+        )
+        self._stats["handler_errors"] += 1
+        self._dead(msg, "handler_error", f"{type(exc).__name__}: {exc}", target=agent.id)
+        if msg.correlation_id and not broadcast:
+            self._reply_status(msg, "error", {"type": type(exc).__name__, "message": str(exc)})
 
     def _reply_status(self, msg: Message, status: str, payload: Any) -> None:
         reply = Message(
@@ -953,12 +980,12 @@ class Node:
             self._dead(reply, "not_found", "the requester is gone")
             return
         try:
-            item = codec.encode_message(reply, self.max_payload)
+            item = codec.encode_message(reply, self.max_payload, self._pack)
         except InvalidMessage as exc:
             # The handler's result cannot travel: tell the requester instead.
             reply.status = "error"
             reply.payload = {"type": "InvalidMessage", "message": str(exc)}
-            item = codec.encode_message(reply, self.max_payload)
+            item = codec.encode_message(reply, self.max_payload, self._pack)
         self._enqueue(route, item)
 
     def _dead(self, msg: Message, reason: str, detail: str = "", target: str = "") -> None:
@@ -978,17 +1005,17 @@ class Node:
 
     def _send(self, msg: Message, kind: str = "send") -> None:
         """Fire-and-forget; raises before anything is sent."""
-        self._check_open()
-        started = self.clock.monotonic()
+        if self._closed:
+            raise NodeClosed(f"node {self.id!r} is closed")
         route = self._route(msg.target)
         if route is None:
             self._dead(msg, "not_found")
-            self._receipt(kind, "not_found", started, msg, "AgentNotRegistered")
+            self._receipt(kind, "not_found", self.clock.monotonic(), msg, "AgentNotRegistered")
             raise AgentNotRegistered(f"no node in mesh {self.mesh!r} hosts agent {msg.target!r}")
-        item = codec.encode_message(msg, self.max_payload)
-        self._enqueue(route, item)
+        self._enqueue(route, codec.encode_message(msg, self.max_payload, self._pack))
         self._stats["messages_sent"] += 1
-        self._receipt(kind, "success", started, msg)
+        if self._observers:
+            self._receipt(kind, "success", self.clock.monotonic(), msg)
 
     async def _redeliver(self, msg: Message) -> None:
         self._send(msg)
@@ -1006,7 +1033,7 @@ class Node:
         key = (msg.reply_to, msg.correlation_id)
         if key in self._pending:
             raise InvalidMessage(f"a request with correlation id {msg.correlation_id!r} is already pending")
-        item = codec.encode_message(msg, self.max_payload)
+        item = codec.encode_message(msg, self.max_payload, self._pack)
         assert self._loop is not None
         future: asyncio.Future[Message] = self._loop.create_future()
         timer = self.clock.call_later(timeout, self._on_timeout, key)
@@ -1055,7 +1082,7 @@ class Node:
     def _broadcast(self, msg: Message) -> int:
         self._check_open()
         started = self.clock.monotonic()
-        item = codec.encode_message(msg, self.max_payload)
+        item = codec.encode_message(msg, self.max_payload, self._pack)
         subscribers = self.registry.subscribers(msg.topic)
         reached = 0
         remote = False

@@ -13,8 +13,13 @@ from .errors import InvalidMessage
 __all__ = ["check_topic", "check_pattern", "is_pattern", "matches"]
 
 
+_valid_topics: set[str] = set()
+
+
 def check_topic(topic: str) -> str:
     """Validate a concrete topic (no wildcards) and return it."""
+    if topic in _valid_topics:
+        return topic
     if not isinstance(topic, str) or not topic:
         raise InvalidMessage(f"topic must be a non-empty string, got {topic!r}")
     tokens = topic.split(".")
@@ -22,6 +27,8 @@ def check_topic(topic: str) -> str:
         raise InvalidMessage(f"topic {topic!r} has an empty token")
     if "*" in tokens or ">" in tokens:
         raise InvalidMessage(f"topic {topic!r} has a wildcard; wildcards are for patterns")
+    if len(_valid_topics) < 65536:
+        _valid_topics.add(topic)
     return topic
 
 

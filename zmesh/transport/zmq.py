@@ -305,6 +305,7 @@ class ZmqTransport(Transport):
             try:
                 parts = recv(zmq.NOBLOCK)
             except zmq.Again:
+                host.on_drained()
                 return
             except zmq.ZMQError as exc:
                 self._drop("recv_failed", exc.strerror)
@@ -313,6 +314,7 @@ class ZmqTransport(Transport):
                 self._drop("malformed", "router: wrong number of frames")
                 continue
             host.on_direct_frame(parts[0].decode("utf-8", "replace"), parts[1])
+        host.on_drained()
         self._reschedule(self._drain_router)
 
     def _drain_sub(self) -> None:
@@ -324,6 +326,7 @@ class ZmqTransport(Transport):
             try:
                 parts = recv(zmq.NOBLOCK)
             except zmq.Again:
+                host.on_drained()
                 return
             except zmq.ZMQError as exc:
                 self._drop("recv_failed", exc.strerror)
@@ -332,6 +335,7 @@ class ZmqTransport(Transport):
                 self._drop("malformed", "sub: unexpected frames")
                 continue
             host.on_pub_frame(parts[1])
+        host.on_drained()
         self._reschedule(self._drain_sub)
 
     def _drain_xpub(self) -> None:
