@@ -105,7 +105,7 @@ class Message:
                 "topic": self.topic,
                 "priority": self.priority,
                 "qos": self.qos,
-                "timestamp": datetime.fromtimestamp(self.timestamp, timezone.utc).isoformat(),
+                "timestamp": self.timestamp,
                 "ttl": self.ttl,
                 "correlation_id": self.correlation_id,
                 "reply_to": self.reply_to,
@@ -127,8 +127,11 @@ class Message:
             if version != ENVELOPE_VERSION:
                 raise InvalidMessage(f"unknown envelope version {version!r}")
             stamp = header.get("timestamp", 0.0)
-            if isinstance(stamp, str):
-                stamp = datetime.fromisoformat(stamp).timestamp()
+            if isinstance(stamp, str):  # ISO 8601, as some frameworks write it
+                parsed = datetime.fromisoformat(stamp)
+                if parsed.tzinfo is None:
+                    parsed = parsed.replace(tzinfo=timezone.utc)
+                stamp = parsed.timestamp()
             msg = cls(
                 id=str(header["msg_id"]),
                 type=str(header.get("type", "notify")),

@@ -231,8 +231,9 @@ class Node:
             self._closed = True
             raise
         self.registry.merge(self._local_record())
-        for endpoint in self._seed_endpoints:
-            self.connect(endpoint)
+        # Join one iteration later: agents registered right after start() then
+        # travel in the first HELLO, so a restarted node is seen as one change.
+        self._loop.call_soon(self._connect_seeds)
         await self._start_discovery()
         self._schedule_tick()
 
@@ -476,6 +477,11 @@ class Node:
             await asyncio.sleep(min(0.01, remaining))
 
     # -- joining ---------------------------------------------------------
+
+    def _connect_seeds(self) -> None:
+        if not self._closed:
+            for endpoint in self._seed_endpoints:
+                self.connect(endpoint)
 
     def connect(self, endpoint: str) -> None:
         """Join the mesh through a member's router endpoint (a seed)."""

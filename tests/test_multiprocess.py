@@ -1,0 +1,190 @@
+"""Agents in separate OS processes over the ZeroMQ transport, with a SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Iterator
+
+import pytest
+
+import zmesh
+from tests.helpers import wait_for
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(60)]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAST = zmesh.LivenessConfig(heartbeat=0.2, evasive_after=0.6, expire_after=1.5)
+
+
+class Procs:
+    def __init__(self, mesh: str) -> None:
+        self.mesh = mesh
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.all: list[subprocess.Popen[str]] = []
+
+    def start(self, agent: str, seed: str, name: str | None = None) -> subprocess.Popen[str]:
+        argv = [sys.executable, "-m", "tests._mp_agent", agent, self.mesh, seed]
+        if name:
+            argv.append(name)
+        proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "ZMESH_INTERFACES": "127.0.0.1"})
+        self.procs[agent] = proc
+        self.all.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.all:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.all:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    stream.close()
+
+
+@pytest.fixture
+def procs(request: pytest.FixtureRequest) -> Iterator[Procs]:
+    p = Procs(f"mp-{os.getpid()}-{time.monotonic_ns() % 10**8}")
+    yield p
+    p.close()
+
+
+async def test_three_processes_every_primitive_and_a_sigkill(procs: Procs) -> None:
+    async with zmesh.Node(procs.mesh, name="ctl-node", discovery=False, liveness=FAST) as node:
+        ctl = node.agent("ctl")
+        events = node.events()
+        for agent in ("A", "B", "C"):
+            procs.start(agent, node.endpoint)
+        await node.wait_for_agents("A", "B", "C", timeout=20)
+        # every node must see every other before the cross-process checks
+        for agent in ("A", "B", "C"):
+            await wait_for_registry(ctl, agent, {"A", "B", "C"})
+
+        # A requests B and C concurrently
+        reply = await ctl.request("A", "ask", {"targets": ["B", "C"]}, timeout=10)
+        assert [r["agent"] for r in reply.payload] == ["B", "C"]
+        assert all(r["sender"] == "A" for r in reply.payload)
+        assert reply.payload[0]["pid"] != reply.payload[1]["pid"]
+
+        # B delegates to C: C sees B as sender, and our correlation id
+        reply = await ctl.request("B", "delegate", {"to": "C"}, timeout=10)
+        assert reply.payload["agent"] == "C"
+        assert reply.payload["sender"] == "B"
+        assert reply.payload["correlation_id"] == reply.correlation_id
+
+        # A hands a task to C
+        reply = await ctl.request("A", "handoff", {"to": "C", "task": "t-1"}, timeout=10)
+        assert reply.payload == {"accepted": True, "mine": []}
+        assert (await ctl.request("C", "tasks", timeout=10)).payload == ["t-1"]
+
+        # a broadcast reaches exactly the subscribed agents, and the count says so
+        for agent in ("B", "C"):
+            assert (await ctl.request(agent, "subscribe", "news.*", timeout=10)).payload == "ok"
+        reached = await ctl.request("A", "broadcast", {"topic": "news.today", "payload": 7}, timeout=10)
+        assert reached.payload == 2
+        for agent in ("B", "C"):
+            await wait_for_payload(ctl, agent, "received", [["news.today", 7]])
+        assert (await ctl.request("A", "received", timeout=10)).payload == []
+
+        # B owns a task; then SIGKILL B
+        await ctl.request("B", "claim", "t-b", timeout=10)
+        procs.procs["B"].send_signal(signal.SIGKILL)
+        procs.procs["B"].wait()
+        killed = time.monotonic()
+        # requests to B fail fast with PeerLost (long before their 30 s timeout)
+        reply = await ctl.request("A", "ask", {"targets": ["B", "C"]}, timeout=30)
+        assert reply.payload[0] in ("PeerLost", "AgentNotRegistered")
+        assert reply.payload[1]["agent"] == "C"
+        assert time.monotonic() - killed < 10
+        # B leaves every registry; its subscription is gone with it
+        await node.wait_until(lambda: node.registry.node_of("B") is None, 10, "B to leave")
+        assert "B" not in {a for a, _ in node.registry.subscribers("news.today")}
+        reached = await ctl.request("A", "broadcast", {"topic": "news.today", "payload": 8}, timeout=10)
+        assert reached.payload == 1
+        # A and C keep working
+        reply = await ctl.request("A", "ask", {"targets": ["C"]}, timeout=10)
+        assert reply.payload[0]["agent"] == "C"
+
+        # a new process E joins through another member (C's node) and takes B's work
+        c_endpoint = node.registry.record("C-node").router  # type: ignore[union-attr]
+        procs.start("E", c_endpoint)
+        await node.wait_for_agents("E", timeout=20)
+        await wait_for_registry(ctl, "A", {"A", "C", "E"})
+        await ctl.request("A", "claim", "t-b", timeout=10)
+        reply = await ctl.request("A", "handoff", {"to": "E", "task": "t-b"}, timeout=10)
+        assert reply.payload["accepted"] is True
+        assert (await ctl.request("E", "tasks", timeout=10)).payload == ["t-b"]
+
+        kinds = []
+        while True:
+            try:
+                event = events.__anext__()
+                import asyncio
+
+                kinds.append(await asyncio.wait_for(event, 0.05))
+            except Exception:
+                break
+        assert any(e.kind == "peer_left" and e.node_id == "B-node" for e in kinds)
+        assert any(e.kind == "agent_joined" and e.agent_id == "E" for e in kinds)
+
+
+async def test_restart_with_the_same_name_replaces_the_old_incarnation(procs: Procs) -> None:
+    async with zmesh.Node(procs.mesh, name="ctl-node", discovery=False, liveness=FAST) as node:
+        ctl = node.agent("ctl")
+        procs.start("R", node.endpoint, name="r-node")
+        await node.wait_for_agents("R", timeout=20)
+        first = (await ctl.request("R", "whoami", timeout=10)).payload["pid"]
+        old_incarnation = node.registry.record("r-node").incarnation  # type: ignore[union-attr]
+        events = node.events()
+        procs.procs["R"].send_signal(signal.SIGKILL)
+        procs.procs["R"].wait()
+        procs.start("R", node.endpoint, name="r-node")
+        await node.wait_until(
+            lambda: node.registry.record("r-node") is not None
+            and node.registry.record("r-node").incarnation != old_incarnation,  # type: ignore[union-attr]
+            20,
+            "the new incarnation",
+        )
+        second = (await ctl.request("R", "whoami", timeout=10)).payload["pid"]
+        assert second != first
+        import asyncio
+
+        seen = []
+        try:
+            while True:
+                seen.append(await asyncio.wait_for(events.__anext__(), 0.2))
+        except asyncio.TimeoutError:
+            pass
+        kinds = [e.kind for e in seen if e.node_id == "r-node"]
+        # one restart, not a storm of leaves and joins
+        assert kinds == ["peer_restarted"], kinds
+
+
+async def wait_for_registry(ctl: zmesh.Agent, agent: str, expected: set[str]) -> None:
+    """Wait until ``agent``'s own node sees ``expected`` among its agents."""
+    deadline = time.monotonic() + 15
+    while True:
+        reply = await ctl.request(agent, "ask", {"targets": sorted(expected - {agent})}, timeout=10)
+        if all(isinstance(r, dict) for r in reply.payload):
+            return
+        assert time.monotonic() < deadline, f"{agent} never saw {expected}: {reply.payload}"
+        await wait_for(lambda: True, 0.1)
+
+
+async def wait_for_payload(ctl: zmesh.Agent, agent: str, topic: str, expected: object) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        payload = (await ctl.request(agent, topic, timeout=10)).payload
+        if payload == expected:
+            return
+        assert time.monotonic() < deadline, f"{agent} {topic}: {payload!r} != {expected!r}"
+        await wait_for(lambda: True, 0.05)
