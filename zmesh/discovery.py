@@ -63,15 +63,16 @@ class PeerAdvert:
         return [f"tcp://{addr}:{self.pub_port}" for addr in self.addresses]
 
 
-def instance_label(node_id: str, incarnation: str) -> str:
+def instance_label(node_id: str, incarnation: str, mesh: str = "") -> str:
     """DNS-SD instance label for a node: readable node id plus a short hash.
 
     The result is a valid DNS label of at most 63 bytes.  The hash of
-    (node id, incarnation) keeps the name unique even after sanitising or
-    truncating the node id, and gives a restarted node a fresh name so that
-    the previous incarnation's goodbye packets cannot withdraw it.
+    (mesh, node id, incarnation) keeps the name unique even after sanitising
+    or truncating the node id, lets two meshes on one LAN use the same node
+    ids, and gives a restarted node a fresh name so that the previous
+    incarnation's goodbye packets cannot withdraw it.
     """
-    digest = hashlib.sha1(f"{node_id}\0{incarnation}".encode()).hexdigest()[:10]
+    digest = hashlib.sha1(f"{mesh}\0{node_id}\0{incarnation}".encode()).hexdigest()[:10]
     readable = re.sub(r"[^A-Za-z0-9-]+", "-", node_id).strip("-")[: _MAX_LABEL - len(digest) - 1]
     readable = readable.strip("-")
     label = f"{readable}-{digest}" if readable else f"zmesh-{digest}"
@@ -150,7 +151,7 @@ class MdnsDiscovery:
         self._on_peer = on_peer
         self._on_peer_gone = on_peer_gone
         self._log = logger or _LOG
-        self.service_name = f"{instance_label(node_id, incarnation)}.{self.SERVICE_TYPE}"
+        self.service_name = f"{instance_label(node_id, incarnation, mesh)}.{self.SERVICE_TYPE}"
         self.stats: dict[str, int] = {
             "peers_seen": 0,
             "peers_gone": 0,

@@ -1,0 +1,44 @@
+"""Every file in examples/ runs and says what it should."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+EXPECTED = {
+    "quickstart.py": ["1 + 2 = 3", "broadcast reached 1 agent(s)", "handoff accepted: True"],
+    "two_processes.py": ["found by capability: ['answerer']", "HELLO FROM ANOTHER PROCESS"],
+    "blocking.py": ["reviewed 'chapter 1' (asked by writer)"],
+    "observe_and_dead_letters.py": [
+        "1 / 4 = 0.25",
+        "remote error, at once: ZeroDivisionError",
+        "dead letter: not_found late trace-42",
+        "late got are you there? trace trace-42",
+    ],
+}
+
+
+def test_every_example_is_checked() -> None:
+    found = {f for f in os.listdir(os.path.join(ROOT, "examples")) if f.endswith(".py")}
+    assert found == set(EXPECTED)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example_runs(name: str) -> None:
+    result = subprocess.run(
+        [sys.executable, os.path.join("examples", name)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=50,
+        env={**os.environ, "ZMESH_INTERFACES": "127.0.0.1"},
+    )
+    assert result.returncode == 0, result.stderr
+    for line in EXPECTED[name]:
+        assert line in result.stdout, f"{line!r} not in:\n{result.stdout}"
