@@ -332,19 +332,15 @@ class Agent:
                 reason = accepted if isinstance(accepted, str) else "refused"
                 self._reply_now(msg, {"accepted": False, "reason": reason})
 
-        def failed(exc: BaseException, _: Any) -> None:
-            if isinstance(exc, asyncio.CancelledError):
-                return
-            self.node._dead(msg, "handler_error", f"{type(exc).__name__}: {exc}")
-            self.node._reply_status(msg, "error", {"type": type(exc).__name__, "message": str(exc)})
-
         import contextvars
 
         from .node import _trace_var
 
         context = contextvars.copy_context()
         context.run(_trace_var.set, msg.trace_id)
-        run_handler(handler, offer, done, failed, context, self.node._tasks)
+        run_handler(
+            handler, offer, done, self.node._handler_failed, context, self.node._tasks, (self, msg, False)
+        )
 
     # -- pub/sub ---------------------------------------------------------
 

@@ -163,7 +163,7 @@ class Node:
         if not isinstance(max_payload, int) or max_payload < 1:
             raise ValueError("max_payload must be a positive number of bytes")
         self.mesh = mesh
-        self.id = name or f"{socket.gethostname()[:24]}-{os.getpid()}-{os.urandom(2).hex()}"
+        self.id = name or f"{socket.gethostname()[:24]}-{os.getpid()}-{os.urandom(6).hex()}"
         self.incarnation = "%016x%s" % (time.time_ns(), os.urandom(3).hex())
         self.key = f"{self.id}|{self.incarnation}"
         self.clock: Clock = clock or SystemClock()
@@ -501,7 +501,7 @@ class Node:
         self.connect(router_endpoint)
 
     def _hello_item(self, reply: bool) -> bytes:
-        peers = [[p.node_id, p.router] for p in self._peers.values() if p.joined]
+        peers = [[p.node_id, p.router] for p in self._peers.values()]
         return codec.encode_item([codec.HELLO, self._local_record().to_wire(), peers, reply])
 
     def _send_hello(self, link: Link, reply: bool) -> None:
@@ -605,6 +605,12 @@ class Node:
             return
         peer.joined = True
         self._emit(self.registry.merge(peer.record))
+        # Introduce the newcomer to everyone else: nodes that joined through
+        # us at the same moment would otherwise never hear of each other.
+        introduction = self._hello_item(reply=False)
+        for other in self._peers.values():
+            if other is not peer and other.joined:
+                self._enqueue(other.node_id, introduction)
         self._enqueue(peer.node_id, codec.encode_item([codec.ACK, peer.record.seq]))
         if peer.acked_seq < self._seq:
             # Our record may have changed since our HELLO went out.
@@ -1009,13 +1015,14 @@ class Node:
         msg.timestamp = self.clock.time()
         msg.trace_id = trace_id or _trace_var.get() or msg.id
 
-    def _send(self, msg: Message, kind: str = "send") -> None:
+    def _send(self, msg: Message, kind: str = "send", dead_letter: bool = True) -> None:
         """Fire-and-forget; raises before anything is sent."""
         if self._closed:
             raise NodeClosed(f"node {self.id!r} is closed")
         route = self._route(msg.target)
         if route is None:
-            self._dead(msg, "not_found")
+            if dead_letter:
+                self._dead(msg, "not_found")
             self._receipt(kind, "not_found", self.clock.monotonic(), msg, "AgentNotRegistered")
             raise AgentNotRegistered(f"no node in mesh {self.mesh!r} hosts agent {msg.target!r}")
         self._enqueue(route, codec.encode_message(msg, self.max_payload, self._pack))
@@ -1024,7 +1031,14 @@ class Node:
             self._receipt(kind, "success", self.clock.monotonic(), msg)
 
     async def _redeliver(self, msg: Message) -> None:
-        self._send(msg)
+        route = self._route(msg.target)
+        if msg.sender not in self._agents and route != _LOCAL:
+            # Sending as another node's agent would be (rightly) dropped as spoofed.
+            raise InvalidMessage(
+                f"cannot redeliver from node {self.id!r}: sender {msg.sender!r} is not hosted here "
+                f"and target {msg.target!r} is not either; redeliver from the sender's node"
+            )
+        self._send(msg, dead_letter=False)
 
     async def _request(self, msg: Message, timeout: float, kind: str) -> Message:
         self._check_open()

@@ -1,0 +1,495 @@
+"""Pure units, no sockets: codec, topics, registry merge, liveness table,
+the dead letter ring and FakeClock."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from zmesh import codec
+from zmesh.clock import FakeClock
+from zmesh.codec import FrameError
+from zmesh.deadletters import DeadLetter, DeadLetters
+from zmesh.errors import InvalidMessage
+from zmesh.liveness import STATES, TRANSITIONS, LivenessConfig, PeerLiveness
+from zmesh.message import Message
+from zmesh.registry import MeshEvent, NodeRecord, Registry, parse_record
+from zmesh.topics import check_pattern, check_topic, is_pattern, matches
+
+pytestmark = pytest.mark.timeout(10)
+
+
+# -- codec ---------------------------------------------------------------
+
+
+def _full_message() -> Message:
+    return Message(
+        type="task",
+        sender="a",
+        target="b",
+        topic="math.add",
+        payload={"x": [1, 2.5, None, True], "blob": b"\x00\xff", "s": "\u00e9"},
+        correlation_id="c-1",
+        reply_to="a",
+        priority=0,
+        qos=2,
+        ttl=1.5,
+        timestamp=1_700_000_000.25,
+        trace_id="t-1",
+        status="ok",
+    )
+
+
+def test_codec_message_round_trip_through_a_frame() -> None:
+    msg = _full_message()
+    frame = codec.join_frame([codec.encode_message(msg, 1 << 20)])
+    items = codec.decode_frame(frame, 1 << 20)
+    assert len(items) == 1 and items[0][0] == codec.MSG
+    assert codec.message_from_item(items[0]) == msg
+
+
+def test_codec_round_trips_every_type_and_status() -> None:
+    for mtype in ("task", "result", "query", "notify", "intervene", "heartbeat"):
+        for status in ("ok", "error", "no_handler", "not_found", "expired"):
+            msg = Message(type=mtype, sender="s", target="t", topic="x", status=status, ttl=None)
+            item = codec.decode_frame(codec.join_frame([codec.encode_message(msg, 100)]), 1000)[0]
+            back = codec.message_from_item(item)
+            assert (back.type, back.status, back.ttl) == (mtype, status, None)
+
+
+@pytest.mark.parametrize("count", [0, 1, 14, 15, 16, 70_000])
+def test_codec_batches_of_any_size(count: int) -> None:
+    # 15 is the largest fixarray with the version element, 16+ a uint16 header,
+    # 65536+ a uint32 header.
+    items = [codec.encode_item([codec.ACK, i]) for i in range(count)]
+    decoded = codec.decode_frame(codec.join_frame(items), 1 << 30)
+    assert decoded == [[codec.ACK, i] for i in range(count)]
+
+
+def test_codec_publish_frame_round_trip() -> None:
+    msg = Message(sender="a", topic="news.today", payload="hi")
+    items = [codec.encode_message(msg, 100), codec.encode_message(msg, 100)]
+    node_id, seq, decoded = codec.decode_pub_frame(codec.join_pub_frame("n1", 7, items), 10_000)
+    assert (node_id, seq) == ("n1", 7)
+    assert [codec.message_from_item(i) for i in decoded] == [msg, msg]
+
+
+def test_codec_payload_limit_is_on_the_encoded_payload() -> None:
+    payload = b"x" * 300
+    limit = len(msgpack.packb(payload))
+    codec.encode_message(Message(payload=payload), limit)  # exactly at the limit: fine
+    with pytest.raises(InvalidMessage, match="over the limit"):
+        codec.encode_message(Message(payload=payload), limit - 1)
+
+
+@pytest.mark.parametrize("payload", [object(), {1j: 2}, 2**70, {"f": lambda: None}])
+def test_codec_unencodable_payload_is_invalid_message(payload: object) -> None:
+    with pytest.raises(InvalidMessage) as info:
+        codec.encode_message(Message(payload=payload), 1 << 20)
+    assert isinstance(info.value, ValueError)
+
+
+def test_codec_unknown_type_is_invalid_message() -> None:
+    with pytest.raises(InvalidMessage):
+        codec.encode_message(Message(type="shout"), 1 << 20)
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"\xc1", "malformed"),  # never-used msgpack byte
+        (b"", "malformed"),
+        (msgpack.packb({"a": 1}), "malformed"),
+        (msgpack.packb([]), "malformed"),
+        (msgpack.packb([99, [0]]), "unknown_version"),
+        (msgpack.packb([1, "not an item"]), "malformed"),
+        (msgpack.packb([1, []]), "malformed"),
+        (msgpack.packb([1, ["kind"]]), "malformed"),
+        (b"\x00" * 101, "oversized"),
+    ],
+)
+def test_codec_rejects_bad_direct_frames(data: bytes, reason: str) -> None:
+    with pytest.raises(FrameError) as info:
+        codec.decode_frame(data, 100)
+    assert info.value.reason == reason
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (msgpack.packb([1, "n1"]), "malformed"),
+        (msgpack.packb([1, 5, 0]), "malformed"),
+        (msgpack.packb([1, "n1", "seq"]), "malformed"),
+        (msgpack.packb([2, "n1", 0]), "unknown_version"),
+        (msgpack.packb([1, "n1", 0, 7]), "malformed"),
+        (b"\x00" * 101, "oversized"),
+    ],
+)
+def test_codec_rejects_bad_publish_frames(data: bytes, reason: str) -> None:
+    with pytest.raises(FrameError) as info:
+        codec.decode_pub_frame(data, 100)
+    assert info.value.reason == reason
+
+
+def _item(**changes: object) -> list[object]:
+    item = codec.decode_frame(codec.join_frame([codec.encode_message(_full_message(), 1000)]), 10_000)[0]
+    names = ["kind", "id", "type", "sender", "target", "topic", "corr", "reply_to",
+             "priority", "qos", "ttl", "stamp", "trace", "status", "payload"]
+    for name, value in changes.items():
+        item[names.index(name)] = value
+    return item
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"type": 99}, {"status": "ok"}, {"sender": 5}, {"priority": "3"}, {"ttl": "1"},
+     {"stamp": None}, {"trace": None}, {"id": b"raw"}],
+)
+def test_codec_rejects_malformed_message_items(changes: dict[str, object]) -> None:
+    with pytest.raises(FrameError) as info:
+        codec.message_from_item(_item(**changes))
+    assert info.value.reason == "malformed"
+
+
+def test_codec_rejects_wrong_field_count() -> None:
+    with pytest.raises(FrameError):
+        codec.message_from_item(_item()[:-1])
+
+
+# -- topics --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "topic", "expected"),
+    [
+        ("research.found", "research.found", True),
+        ("research.found", "research.lost", False),
+        ("research.*", "research.found", True),
+        ("research.*", "research.found.paper", False),
+        ("research.*", "research", False),
+        ("research.>", "research.found", True),
+        ("research.>", "research.found.paper", True),
+        ("research.>", "research", False),
+        ("*", "a", True),
+        ("*", "a.b", False),
+        (">", "a", True),
+        (">", "a.b.c", True),
+        ("a.*.c", "a.b.c", True),
+        ("a.*.c", "a.b.d", False),
+        ("a.*.>", "a.b", False),
+        ("a.*.>", "a.b.c.d", True),
+        ("*.b", "a.b", True),
+        ("a.b", "a.b.c", False),
+        ("a.b.c", "a.b", False),
+    ],
+)
+def test_topic_matching(pattern: str, topic: str, expected: bool) -> None:
+    assert matches(pattern, topic) is expected
+
+
+@pytest.mark.parametrize("topic", ["", "a..b", ".a", "a.", "a.*", "a.>", "*", 5, None])
+def test_bad_topics_are_invalid(topic: object) -> None:
+    with pytest.raises(InvalidMessage):
+        check_topic(topic)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("pattern", ["", "a..b", "a.>.b", ">.a", None])
+def test_bad_patterns_are_invalid(pattern: object) -> None:
+    with pytest.raises(InvalidMessage):
+        check_pattern(pattern)  # type: ignore[arg-type]
+
+
+def test_good_topics_and_patterns() -> None:
+    assert check_topic("a.b-c.d_e") == "a.b-c.d_e"
+    assert check_pattern("a.*.>") == "a.*.>"
+    assert [is_pattern(p) for p in ("a.b", "a.*", "a.>", "a*.b")] == [False, True, True, False]
+
+
+# -- registry ------------------------------------------------------------
+
+
+def _rec(
+    node: str,
+    seq: int = 1,
+    agents: dict[str, tuple[str, ...]] | None = None,
+    subs: dict[str, frozenset[str]] | None = None,
+    inc: str = "0001",
+) -> NodeRecord:
+    return NodeRecord(node, inc, "m", 1, f"tcp://{node}:1", f"tcp://{node}:2", seq,
+                      agents or {}, subs or {})
+
+
+def test_registry_merge_new_node_emits_peer_and_agent_joined() -> None:
+    reg = Registry("local")
+    events = reg.merge(_rec("n1", agents={"a": (), "b": ("math",)}))
+    assert events == [
+        MeshEvent("peer_joined", "n1"),
+        MeshEvent("agent_joined", "n1", "a"),
+        MeshEvent("agent_joined", "n1", "b"),
+    ]
+    assert reg.node_of("a") == "n1" and "n1" in reg
+
+
+def test_registry_ignores_stale_records() -> None:
+    reg = Registry("local")
+    reg.merge(_rec("n1", seq=5, agents={"a": ()}))
+    assert reg.merge(_rec("n1", seq=5, agents={})) == []
+    assert reg.merge(_rec("n1", seq=4, agents={})) == []
+    assert reg.node_of("a") == "n1"
+
+
+def test_registry_newer_record_diffs_agents() -> None:
+    reg = Registry("local")
+    reg.merge(_rec("n1", seq=1, agents={"a": (), "b": ()}))
+    events = reg.merge(_rec("n1", seq=2, agents={"b": (), "c": ()}))
+    assert events == [MeshEvent("agent_left", "n1", "a"), MeshEvent("agent_joined", "n1", "c")]
+    assert (reg.node_of("a"), reg.node_of("c")) == (None, "n1")
+
+
+def test_registry_restart_replaces_record_in_one_step() -> None:
+    reg = Registry("local")
+    reg.merge(_rec("n1", seq=9, agents={"a": (), "b": ()}, inc="0001"))
+    events = reg.merge(_rec("n1", seq=1, agents={"b": ()}, inc="0002"))
+    assert events == [MeshEvent("peer_restarted", "n1"), MeshEvent("agent_left", "n1", "a")]
+    # A late record of the old incarnation is ignored, whatever its seq.
+    assert reg.merge(_rec("n1", seq=99, agents={"z": ()}, inc="0001")) == []
+    assert set(reg.agents()) == {"b"}
+
+
+def test_registry_remove() -> None:
+    reg = Registry("local")
+    reg.merge(_rec("n1", agents={"a": (), "b": ()}))
+    assert reg.remove("n1", "left") == [
+        MeshEvent("agent_left", "n1", "a"),
+        MeshEvent("agent_left", "n1", "b"),
+        MeshEvent("peer_left", "n1", detail="left"),
+    ]
+    assert reg.remove("n1") == []
+    assert reg.agents() == {} and reg.nodes() == [] and reg.node_of("a") is None
+
+
+def test_registry_queries() -> None:
+    reg = Registry("n0")
+    reg.merge(_rec("n2", agents={"c": ("math", "web")}, subs={"c": frozenset({"news.>"})}))
+    reg.merge(_rec("n1", agents={"b": ("math",), "a": ()}, subs={"a": frozenset({"news.*", "x"})}))
+    agents = reg.agents()
+    assert set(agents) == {"a", "b", "c"}
+    assert (agents["c"].node_id, agents["c"].capabilities) == ("n2", ("math", "web"))
+    assert agents["a"].subscriptions == frozenset({"news.*", "x"})
+    assert agents["b"].subscriptions == frozenset()
+    assert [r.node_id for r in reg.nodes()] == ["n1", "n2"]
+    assert reg.find("math") == ["b", "c"]
+    assert reg.find("web") == ["c"]
+    assert reg.find("nothing") == []
+    assert sorted(reg.subscribers("news.today")) == [("a", "n1"), ("c", "n2")]
+    assert reg.subscribers("news.today.late") == (("c", "n2"),)
+    assert reg.subscriptions("n1") == {"a": frozenset({"news.*", "x"})}
+
+
+def test_registry_subscriber_cache_follows_changes() -> None:
+    reg = Registry("n0")
+    reg.merge(_rec("n1", seq=1, agents={"a": ()}))
+    assert reg.subscribers("news.today") == ()
+    reg.merge(_rec("n1", seq=2, agents={"a": ()}, subs={"a": frozenset({"news.*"})}))
+    assert reg.subscribers("news.today") == (("a", "n1"),)
+    reg.remove("n1")
+    assert reg.subscribers("news.today") == ()
+
+
+@pytest.mark.parametrize("local_first", [True, False])
+def test_registry_local_agent_wins_a_duplicate_claim(local_first: bool) -> None:
+    reg = Registry("local")
+    records = [_rec("local", agents={"x": ()}), _rec("remote", agents={"x": ()})]
+    for rec in records if local_first else reversed(records):
+        reg.merge(rec)
+    assert reg.node_of("x") == "local"
+
+
+def test_record_wire_round_trip() -> None:
+    rec = _rec("n1", seq=3, agents={"a": ("m", "n"), "b": ()}, subs={"a": frozenset({"x.*", "y"})})
+    assert parse_record(msgpack.unpackb(msgpack.packb(rec.to_wire()))) == rec
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda w: [w],
+        lambda w: {k: v for k, v in w.items() if k != "seq"},
+        lambda w: {**w, "seq": "3"},
+        lambda w: {**w, "agents": []},
+        lambda w: {**w, "agents": {"a": "m"}},
+        lambda w: {**w, "agents": {"a": [5]}},
+        lambda w: {**w, "subs": {"ghost": ["x"]}},
+        lambda w: {**w, "node": "n" * 257},
+        lambda w: {**w, "router": 5},
+    ],
+)
+def test_parse_record_rejects_malformed(mangle: object) -> None:
+    wire = _rec("n1", agents={"a": ()}).to_wire()
+    with pytest.raises(FrameError) as info:
+        parse_record(mangle(wire))  # type: ignore[operator]
+    assert info.value.reason == "malformed"
+
+
+# -- liveness ------------------------------------------------------------
+
+
+def test_liveness_transition_table() -> None:
+    assert set(TRANSITIONS.values()) <= set(STATES)
+    live = PeerLiveness(LivenessConfig(), 0.0)
+    assert live.state == "joining"
+    assert live.event("quiet") == "joining"  # not in the table: unchanged
+    assert live.event("hello") == "alive"
+    assert live.event("quiet") == "evasive"
+    assert live.event("heard") == "alive"
+    assert live.event("bye") == "gone"
+    assert live.event("hello") == "gone"  # gone is final
+
+
+def test_liveness_tick_heartbeat_ping_expire() -> None:
+    cfg = LivenessConfig(heartbeat=0.5, evasive_after=1.5, expire_after=3.0)
+    live = PeerLiveness(cfg, 0.0)
+    live.event("hello")
+    assert live.tick(0.4) == set()
+    assert live.tick(0.5) == {"heartbeat"}
+    live.sent(0.5)
+    assert live.tick(0.9) == set()
+    assert live.tick(1.5) == {"ping", "heartbeat"}
+    assert live.state == "evasive"
+    assert live.tick(1.6) == {"heartbeat"}  # no second ping while evasive
+    live.heard(2.0)
+    assert live.state == "alive"
+    live.sent(4.8)
+    assert live.tick(4.9) == {"ping"}
+    assert live.tick(5.0) == {"expire"}
+    assert live.state == "gone"
+    assert live.tick(100.0) == set()
+
+
+def test_liveness_silent_joiner_expires() -> None:
+    live = PeerLiveness(LivenessConfig(), 10.0)
+    assert live.tick(12.9) == {"heartbeat"}  # joining: never "ping"
+    assert live.state == "joining"
+    assert live.tick(13.0) == {"expire"}
+    assert live.state == "gone"
+
+
+def test_liveness_heard_keeps_a_quiet_peer_alive() -> None:
+    live = PeerLiveness(LivenessConfig(heartbeat=0.5, evasive_after=1.5, expire_after=3.0), 0.0)
+    live.event("hello")
+    for t in range(1, 100):
+        live.heard(float(t))
+        live.sent(float(t))
+        assert live.tick(t + 0.4) == set()
+    assert live.state == "alive"
+
+
+@pytest.mark.parametrize("times", [(0, 1, 2), (1, 1, 2), (1, 2, 2), (2, 1, 3), (1, 3, 2)])
+def test_liveness_config_must_be_ordered(times: tuple[float, float, float]) -> None:
+    with pytest.raises(ValueError):
+        LivenessConfig(*times)
+
+
+# -- dead letter ring ----------------------------------------------------
+
+
+def _dead(i: int) -> DeadLetter:
+    msg = Message(sender="a", target=f"t{i}", topic="x", payload=i)
+    return DeadLetter("not_found", msg, msg.target, f"trace{i}", 100.0 + i)
+
+
+async def test_dead_letter_ring_is_bounded() -> None:
+    resent: list[Message] = []
+
+    async def resend(msg: Message) -> None:
+        resent.append(msg)
+
+    ring = DeadLetters(3, resend)
+    for i in range(5):
+        ring.add(_dead(i))
+    assert [e.target for e in ring] == ["t2", "t3", "t4"]
+    assert (len(ring), ring.evicted, ring.total, ring.capacity) == (3, 2, 5, 3)
+    first = next(iter(ring))
+    assert (first.reason, first.trace_id, first.time, first.message.payload) == ("not_found", "trace2", 102.0, 2)
+
+    # Iteration is a snapshot: redelivering while iterating is safe.
+    for entry in ring:
+        await ring.redeliver(entry)
+    assert [m.payload for m in resent] == [2, 3, 4]
+    assert len(ring) == 0 and ring.total == 5
+
+
+async def test_dead_letter_failed_redelivery_keeps_the_entry() -> None:
+    async def resend(msg: Message) -> None:
+        raise InvalidMessage("still broken")
+
+    ring = DeadLetters(2, resend)
+    entry = _dead(1)
+    ring.add(entry)
+    with pytest.raises(InvalidMessage):
+        await ring.redeliver(entry)
+    assert list(ring) == [entry]
+    ring.clear()
+    assert list(ring) == [] and len(ring) == 0 and ring.total == 1
+
+
+def test_dead_letter_capacity_must_be_positive() -> None:
+    async def resend(msg: Message) -> None:
+        return None
+
+    with pytest.raises(ValueError):
+        DeadLetters(0, resend)
+
+
+# -- FakeClock -----------------------------------------------------------
+
+
+def test_fake_clock_runs_due_timers_in_order() -> None:
+    clock = FakeClock(start=1000.0)
+    fired: list[tuple[str, float]] = []
+
+    def note(name: str) -> None:
+        fired.append((name, clock.monotonic()))
+
+    clock.call_later(3, note, "three")
+    clock.call_later(1, note, "one-a")
+    clock.call_later(1, note, "one-b")  # same time: scheduling order
+    cancelled = clock.call_later(2, note, "two")
+    cancelled.cancel()
+    assert clock.pending_timers == 3
+    clock.advance(0.999)
+    assert fired == []
+    clock.advance(1.5)
+    # Each callback sees the time it was due at, not the end of the advance.
+    assert fired == [("one-a", 1.0), ("one-b", 1.0)]
+    assert clock.monotonic() == pytest.approx(2.499)
+    assert clock.time() == pytest.approx(1002.499)
+    clock.advance(1)
+    assert fired[-1] == ("three", 3.0)
+    assert clock.pending_timers == 0
+
+
+def test_fake_clock_timers_scheduled_by_timers_fall_in_the_same_advance() -> None:
+    clock = FakeClock()
+    fired: list[float] = []
+
+    def tick() -> None:
+        fired.append(clock.monotonic())
+        if len(fired) < 5:
+            clock.call_later(1, tick)
+
+    clock.call_later(1, tick)
+    clock.advance(10)
+    assert fired == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_fake_clock_basics() -> None:
+    clock = FakeClock()
+    assert (clock.time(), clock.monotonic()) == (1_700_000_000.0, 0.0)
+    fired: list[int] = []
+    clock.call_later(-5, fired.append, 1)  # negative delay: due now
+    clock.advance(0)
+    assert fired == [1]
+    with pytest.raises(ValueError):
+        clock.advance(-1)
+    assert clock.monotonic() == 0.0
