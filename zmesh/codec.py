@@ -60,9 +60,9 @@ _TYPE_CODE: Final = {name: code for code, name in enumerate(MESSAGE_TYPES)}
 _STATUS_CODE: Final = {name: code for code, name in enumerate(STATUSES)}
 _MSG_FIELDS: Final = 15
 
-_packb = msgpack.packb
-_unpackb = msgpack.unpackb
-_VERSION_BYTES: Final = _packb(PROTOCOL_VERSION)
+_packb: Callable[[Any], bytes] = msgpack.packb
+_unpackb: Callable[..., Any] = msgpack.unpackb
+_VERSION_BYTES: Final[bytes] = _packb(PROTOCOL_VERSION)
 
 
 class FrameError(Exception):
@@ -123,7 +123,7 @@ def encode_message(msg: Message, max_payload: int, pack: Callable[[Any], bytes] 
 
 def encode_item(item: list[Any]) -> bytes:
     """Encode a control item (HELLO, ACK, ...)."""
-    return _packb(item)  # type: ignore[no-any-return]
+    return _packb(item)
 
 
 def join_frame(items: list[bytes]) -> bytes:
@@ -156,7 +156,7 @@ def _unpack(data: bytes, max_bytes: int) -> list[Any]:
     for item in frame[1:]:
         if item.__class__ is not list or not item or item[0].__class__ is not int:
             raise FrameError("malformed", "bad item")
-    return frame  # type: ignore[no-any-return]
+    return frame
 
 
 def decode_frame(data: bytes, max_bytes: int) -> list[list[Any]]:
@@ -186,7 +186,7 @@ def _unpack_pub(data: bytes, max_bytes: int) -> list[Any]:
     for item in frame[3:]:
         if item.__class__ is not list or not item or item[0].__class__ is not int:
             raise FrameError("malformed", "bad item")
-    return frame  # type: ignore[no-any-return]
+    return frame
 
 
 def message_from_item(item: list[Any]) -> Message:

@@ -58,6 +58,7 @@ _BATCH_BYTES = 256 * 1024
 _HEADER_ALLOWANCE = 64 * 1024
 _MAX_LOGGED_DROPS = 1024
 _SEED_RETRY = 1.0
+_DISCOVERED_PATIENCE = 10.0
 
 
 def current_trace_id() -> str:
@@ -113,6 +114,7 @@ class _Seed:
     refused: str = ""
     answered: bool = False
     next_try: float = field(default=0.0)
+    give_up_at: float = 0.0  # discovered endpoints are not retried forever
 
 
 def _make_transport(spec: str | Transport, interfaces: str | Sequence[str] | None) -> Transport:
@@ -337,6 +339,8 @@ class Node:
             version=codec.PROTOCOL_VERSION,
             router=self.transport.router_endpoint,
             pub=self.transport.pub_endpoint,
+            routers=self.transport.router_endpoints,
+            pubs=self.transport.pub_endpoints,
             seq=self._seq,
             agents={a.id: a.capabilities for a in self._agents.values()},
             subs={a.id: frozenset(a._subscriptions) for a in self._agents.values() if a._subscriptions},
@@ -486,11 +490,16 @@ class Node:
     def connect(self, endpoint: str) -> None:
         """Join the mesh through a member's router endpoint (a seed)."""
         self._check_open()
-        if endpoint in self._seeds or endpoint == self.endpoint:
+        self._connect(endpoint, discovered=False)
+
+    def _connect(self, endpoint: str, discovered: bool) -> None:
+        if endpoint in self._seeds or endpoint in self.transport.router_endpoints:
             return
-        if any(p.router == endpoint for p in self._peers.values()):
+        if any(endpoint in p.record.routers or p.router == endpoint for p in self._peers.values()):
             return
         seed = _Seed(endpoint, self.transport.open_link(endpoint))
+        if discovered:
+            seed.give_up_at = time.monotonic() + _DISCOVERED_PATIENCE
         self._seeds[endpoint] = seed
         self._send_hello(seed.link, reply=True)
 
@@ -498,10 +507,10 @@ class Node:
         """Transport or discovery callback: a member may live at this endpoint."""
         if self._closed or router_endpoint == self.endpoint:
             return
-        self.connect(router_endpoint)
+        self._connect(router_endpoint, discovered=True)
 
     def _hello_item(self, reply: bool) -> bytes:
-        peers = [[p.node_id, p.router] for p in self._peers.values()]
+        peers = [[p.node_id, list(p.record.routers or (p.router,))] for p in self._peers.values()]
         return codec.encode_item([codec.HELLO, self._local_record().to_wire(), peers, reply])
 
     def _send_hello(self, link: Link, reply: bool) -> None:
@@ -522,7 +531,7 @@ class Node:
             self._refuse(record, f"protocol version {record.version} is not {codec.PROTOCOL_VERSION}")
             return
         for seed in self._seeds.values():
-            if seed.endpoint == record.router:
+            if seed.endpoint in record.routers:
                 seed.answered = True
         peer = self._peers.get(record.node_id)
         if peer is not None and peer.incarnation != record.incarnation:
@@ -536,20 +545,27 @@ class Node:
             self._accept_record(peer, record)
         if item[3]:
             self._send_hello(peer.link, reply=False)
-        for node_id, router in item[2]:
-            if (
-                node_id.__class__ is str
-                and router.__class__ is str
-                and node_id != self.id
-                and node_id not in self._peers
-            ):
-                self.connect(router)
+        for entry in item[2]:
+            if entry.__class__ is not list or len(entry) != 2 or entry[0].__class__ is not str:
+                raise FrameError("malformed", "hello peer list")
+            node_id, routers = entry
+            if routers.__class__ is str:
+                routers = [routers]
+            if routers.__class__ is not list or not routers or any(r.__class__ is not str for r in routers):
+                raise FrameError("malformed", "hello peer list")
+            if node_id != self.id and node_id not in self._peers:
+                self._connect(self.transport.choose(tuple(routers[:64])), discovered=True)
 
     def _add_peer(self, record: NodeRecord, key: str) -> _Peer:
-        existing_seed = self._seeds.get(record.router)
-        link = existing_seed.link if existing_seed else self.transport.open_link(record.router)
+        router = self.transport.choose(record.routers or (record.router,))
+        pub = self.transport.choose(record.pubs or (record.pub,))
+        existing_seed = next((sd for sd in self._seeds.values() if sd.endpoint in record.routers), None)
         if existing_seed is not None:
-            del self._seeds[record.router]
+            del self._seeds[existing_seed.endpoint]
+            link = existing_seed.link
+            router = existing_seed.endpoint
+        else:
+            link = self.transport.open_link(router)
         liveness = (
             PeerLiveness(self.liveness_config, time.monotonic())
             if self.transport.needs_liveness
@@ -558,11 +574,11 @@ class Node:
         if liveness is not None:
             liveness.event("hello")
         peer = _Peer(
-            record.node_id, record.incarnation, key, link, record.router, record.pub, liveness, record
+            record.node_id, record.incarnation, key, link, router, pub, liveness, record
         )
         self._peers[record.node_id] = peer
         self._peers_by_key[key] = peer
-        self.transport.subscribe(record.pub)
+        self.transport.subscribe(pub)
         if key in self._ready_keys:
             self._ready_keys.discard(key)
             peer.sub_ready = True
@@ -577,8 +593,7 @@ class Node:
         self._peers_by_key.pop(peer.key, None)
         self._outbox.pop(peer.node_id, None)
         peer.link.close()
-        if peer.pub != record.pub:
-            self.transport.unsubscribe(peer.pub)
+        self.transport.unsubscribe(peer.pub)
         # The old record stays in the registry until the new incarnation joins,
         # which then replaces it in one step (peer_restarted, no leave/join storm).
 
@@ -619,7 +634,7 @@ class Node:
     def _refuse(self, record: NodeRecord, reason: str) -> None:
         self._drop("refused", record.node_id, f"refused node {record.node_id!r}: {reason}")
         self._emit([MeshEvent("peer_refused", record.node_id, detail=reason)])
-        link = self.transport.open_link(record.router)
+        link = self.transport.open_link(self.transport.choose(record.routers or (record.router,)))
         link.send(codec.join_frame([codec.encode_item([codec.REFUSE, reason, self.id])]))
         link.close()
 
@@ -668,8 +683,14 @@ class Node:
                 self._enqueue(peer.node_id, codec.encode_item([codec.PING, True]))
             elif "heartbeat" in actions:
                 self._enqueue(peer.node_id, codec.encode_item([codec.PING, False]))
-        for seed in self._seeds.values():
-            if not seed.answered and not seed.refused and now >= seed.next_try:
+        for seed in list(self._seeds.values()):
+            if seed.answered or seed.refused:
+                continue
+            if seed.give_up_at and now >= seed.give_up_at:
+                log.warning("zmesh %s: no answer from %s; giving up on it", self.id, seed.endpoint)
+                seed.link.close()
+                del self._seeds[seed.endpoint]
+            elif now >= seed.next_try:
                 seed.next_try = now + _SEED_RETRY
                 self._send_hello(seed.link, reply=True)
         self._schedule_tick()

@@ -43,9 +43,14 @@ class NodeRecord:
     seq: int = 0
     agents: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     subs: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: Every endpoint, one per bound address (``router``/``pub`` are the first).
+    routers: tuple[str, ...] = ()
+    pubs: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         return {
+            "routers": list(self.routers or (self.router,)),
+            "pubs": list(self.pubs or (self.pub,)),
             "mesh": self.mesh,
             "node": self.node_id,
             "inc": self.incarnation,
@@ -61,7 +66,7 @@ class NodeRecord:
 def _str(value: Any, what: str, limit: int = _MAX_ID) -> str:
     if value.__class__ is not str or len(value) > limit:
         raise FrameError("malformed", f"record field {what}")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def parse_record(data: Any) -> NodeRecord:
@@ -92,7 +97,13 @@ def parse_record(data: Any) -> NodeRecord:
             if patterns.__class__ is not list or agent_id not in agents:
                 raise FrameError("malformed", "subscriptions")
             subs[agent_id] = frozenset(_str(p, "pattern") for p in patterns)
+        routers = data.get("routers", [data["router"]])
+        pubs = data.get("pubs", [data["pub"]])
+        if routers.__class__ is not list or pubs.__class__ is not list or len(routers) > 64 or len(pubs) > 64:
+            raise FrameError("malformed", "record endpoints")
         return NodeRecord(
+            routers=tuple(_str(e, "routers", 1024) for e in routers),
+            pubs=tuple(_str(e, "pubs", 1024) for e in pubs),
             node_id=_str(data["node"], "node"),
             incarnation=_str(data["inc"], "inc"),
             mesh=_str(data["mesh"], "mesh"),

@@ -61,6 +61,19 @@ class Transport(ABC):
     ) -> None:
         """Bind; afterwards ``router_endpoint`` and ``pub_endpoint`` are set."""
 
+    @property
+    def router_endpoints(self) -> tuple[str, ...]:
+        """Every direct endpoint (one per bound address)."""
+        return (self.router_endpoint,)
+
+    @property
+    def pub_endpoints(self) -> tuple[str, ...]:
+        return (self.pub_endpoint,)
+
+    def choose(self, endpoints: tuple[str, ...]) -> str:
+        """Of a peer's endpoints, the one to use from here."""
+        return endpoints[0]
+
     @abstractmethod
     def open_link(self, router_endpoint: str) -> Link: ...
 

@@ -75,7 +75,7 @@ def _release_context() -> None:
 
 def _socket(ctx: zmq.Context[Any], kind: int) -> zmq.Socket[Any]:
     global _open_sockets
-    sock = ctx.socket(kind)
+    sock: zmq.Socket[Any] = ctx.socket(kind)
     with _lock:
         _open_sockets += 1
     return sock
@@ -88,6 +88,10 @@ def _close(sock: zmq.Socket[Any], linger: int = 0) -> None:
     sock.close(linger=linger)
     with _lock:
         _open_sockets -= 1
+
+
+def _fd(sock: zmq.Socket[Any]) -> int:
+    return int(sock.getsockopt(zmq.FD))
 
 
 class _ZmqLink:
@@ -172,6 +176,7 @@ class ZmqTransport(Transport):
         self.interfaces = interfaces
         self.hwm = hwm
         self.addresses: tuple[str, ...] = ()
+        self.scope: Any = None
         self._ctx: zmq.Context[Any] = None  # type: ignore[assignment]
         self._host: TransportHost | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -225,8 +230,28 @@ class ZmqTransport(Transport):
             (self._sub, self._drain_sub),
             (self._xpub, self._drain_xpub),
         ):
-            loop.add_reader(sock.getsockopt(zmq.FD), drain)
+            loop.add_reader(_fd(sock), drain)
             loop.call_soon(drain)
+
+    @property
+    def router_endpoints(self) -> tuple[str, ...]:
+        port = self.router_endpoint.rsplit(":", 1)[1]
+        return tuple(f"tcp://{address}:{port}" for address in self.addresses)
+
+    @property
+    def pub_endpoints(self) -> tuple[str, ...]:
+        port = self.pub_endpoint.rsplit(":", 1)[1]
+        return tuple(f"tcp://{address}:{port}" for address in self.addresses)
+
+    def choose(self, endpoints: tuple[str, ...]) -> str:
+        """The peer endpoint on a network we share (never 127.x from the LAN)."""
+        if self.scope is None or len(endpoints) < 2:
+            return endpoints[0]
+        from ..interfaces import rank_reachable
+
+        hosts = {e.rsplit(":", 1)[0].removeprefix("tcp://"): e for e in endpoints}
+        ranked = rank_reachable(list(hosts), self.scope)
+        return hosts[ranked[0]] if ranked else endpoints[0]
 
     def _resolve_addresses(self) -> tuple[str, ...]:
         try:
@@ -234,9 +259,18 @@ class ZmqTransport(Transport):
         except ImportError:  # pragma: no cover - interfaces module missing
             return ("127.0.0.1",)
         try:
-            return tuple(resolve_interfaces(self.interfaces).addresses)
+            self.scope = resolve_interfaces(self.interfaces)
         except ValueError as exc:
             raise TransportError(f"bad interfaces setting: {exc}") from None
+        if self.scope.mode == "lan" and not self.scope.addresses:
+            raise TransportError("interfaces='lan' but this host has no up, non-loopback IPv4 interface")
+        if not self.scope.is_local:
+            log.warning(
+                "zmesh: LAN mode on %s without authentication: any host on these networks "
+                "can reach this node's agents",
+                ", ".join(self.scope.addresses),
+            )
+        return tuple(self.scope.addresses)
 
     def _bind_all(self, sock: zmq.Socket[Any]) -> int:
         port = sock.bind_to_random_port(f"tcp://{self.addresses[0]}")
@@ -286,7 +320,7 @@ class ZmqTransport(Transport):
         except zmq.ZMQError as exc:
             self._drop("publish_failed", exc.strerror)
         # Sending may have consumed the edge that announces new subscriptions.
-        if xpub.getsockopt(zmq.EVENTS) & zmq.POLLIN and self._loop is not None:
+        if int(xpub.getsockopt(zmq.EVENTS)) & zmq.POLLIN and self._loop is not None:
             self._loop.call_soon(self._drain_xpub)
 
     # -- receiving -------------------------------------------------------
@@ -344,7 +378,7 @@ class ZmqTransport(Transport):
             return
         for _ in range(_DRAIN_BUDGET):
             try:
-                data = sock.recv(zmq.NOBLOCK)
+                data: bytes = sock.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
             except zmq.ZMQError as exc:
@@ -375,7 +409,7 @@ class ZmqTransport(Transport):
         for sock in (self._router, self._xpub, self._sub):
             if sock is not None and not sock.closed:
                 with contextlib.suppress(Exception):
-                    self._loop.remove_reader(sock.getsockopt(zmq.FD))
+                    self._loop.remove_reader(_fd(sock))
         self._close_sockets()
         _release_context()
 

@@ -1,0 +1,40 @@
+"""Wires mDNS discovery (zmesh.discovery) into a node: adverts become join attempts."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from .codec import PROTOCOL_VERSION
+from .discovery import MdnsDiscovery, PeerAdvert
+
+if TYPE_CHECKING:
+    from .node import Node
+    from .transport.zmq import ZmqTransport
+
+__all__ = ["start_mdns"]
+
+log = logging.getLogger("zmesh")
+
+
+async def start_mdns(node: Node, transport: ZmqTransport) -> MdnsDiscovery:
+    """Advertise ``node`` and connect to every peer of its mesh that shows up."""
+
+    def on_peer(advert: PeerAdvert) -> None:
+        endpoints = advert.router_endpoints()
+        if endpoints:  # already ranked: an address on a network we share comes first
+            node.on_discovered(endpoints[0])
+
+    discovery = MdnsDiscovery(
+        mesh=node.mesh,
+        node_id=node.id,
+        incarnation=node.incarnation,
+        version=PROTOCOL_VERSION,
+        scope=transport.scope,
+        router_port=int(transport.router_endpoint.rsplit(":", 1)[1]),
+        pub_port=int(transport.pub_endpoint.rsplit(":", 1)[1]),
+        on_peer=on_peer,
+        logger=log,
+    )
+    await discovery.start()
+    return discovery
