@@ -1,6 +1,7 @@
 """Peer-side control channel: line messages over the peer's stdin/stdout.
 
-The orchestrator writes ``GO`` and ``STOP`` lines to a peer's stdin; the peer
+The orchestrator writes ``PEERS <json>`` (the ready infos of the peers this
+one must reach), ``GO`` and ``STOP`` lines to a peer's stdin; the peer
 writes ``READY <json>``, ``WARM``, ``RESULT <json>`` and ``ERROR <text>``
 lines to its stdout. End of stdin counts as ``STOP``, so a peer whose
 orchestrator died stops too. Every peer also has a hard deadline.
@@ -14,7 +15,7 @@ import threading
 import time
 from typing import Any, TextIO
 
-__all__ = ["Control", "Deadline", "BenchTimeout"]
+__all__ = ["BenchTimeout", "Control", "Deadline"]
 
 
 class BenchTimeout(RuntimeError):
@@ -45,6 +46,8 @@ class Control:
         self.deadline = Deadline(timeout)
         self.go = threading.Event()
         self.stop = threading.Event()
+        self._peers = threading.Event()
+        self._peers_info: Any = None
         self._out = stdout or sys.stdout
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, args=(stdin or sys.stdin,), daemon=True)
@@ -53,7 +56,10 @@ class Control:
     def _read(self, stream: TextIO) -> None:
         for line in stream:
             word = line.strip()
-            if word == "GO":
+            if word.startswith("PEERS "):
+                self._peers_info = json.loads(word[6:])
+                self._peers.set()
+            elif word == "GO":
                 self.go.set()
             elif word == "STOP":
                 break
@@ -76,6 +82,14 @@ class Control:
 
     def error(self, text: str) -> None:
         self._emit("ERROR " + text.replace("\n", " | "))
+
+    def wait_peers(self) -> Any:
+        """Block until the orchestrator sends the PEERS line; return its JSON value."""
+        while not self._peers.wait(0.05):
+            if self.stop.is_set():
+                raise BenchTimeout("stopped before PEERS")
+            self.deadline.check("no PEERS from the orchestrator")
+        return self._peers_info
 
     def wait_go(self) -> None:
         """Block until GO (or STOP); raise if the deadline passes first."""

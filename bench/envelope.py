@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Final, Iterator
+from collections.abc import Iterator
+from typing import Any, Final
 
 import msgpack
 
-__all__ = ["KINDS", "TARGET_SIZE", "encode", "encode_with_id", "decode", "decode_batch", "encode_batch", "kind_of"]
+__all__ = [
+    "KINDS",
+    "TARGET_SIZE",
+    "decode",
+    "decode_batch",
+    "encode",
+    "encode_batch",
+    "encode_with_id",
+    "kind_of",
+]
 
 #: ``type`` values the bench uses: measured data, warm-up traffic, and RTT.
 KINDS: Final = ("data", "warmup", "request", "reply")
@@ -39,7 +49,7 @@ def encode_with_id(seq: int, kind: str = "data", correlation_id: str = "") -> tu
     28-char id on requests and replies (those are 28 bytes bigger).
     """
     ts = time.time()
-    msg_id = "%012x%s%06x" % (int(ts * 1000), _TAG, seq & 0xFFFFFF)
+    msg_id = f"{int(ts * 1000):012x}{_TAG}{seq & 0xFFFFFF:06x}"
     packed = msgpack.packb(
         {
             "msg_id": msg_id,
@@ -61,7 +71,7 @@ def decode(frame: bytes) -> dict[str, Any]:
     """Unpack one envelope."""
     obj = msgpack.unpackb(frame)
     if not isinstance(obj, dict):
-        raise ValueError("envelope is not a map")
+        raise TypeError("envelope is not a map")
     return obj
 
 
@@ -81,7 +91,7 @@ def decode_batch(frame: bytes) -> Iterator[dict[str, Any]]:
     unpacker.feed(frame)
     for obj in unpacker:
         if not isinstance(obj, dict):
-            raise ValueError("envelope is not a map")
+            raise TypeError("envelope is not a map")
         yield obj
 
 

@@ -11,33 +11,49 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import IO, Any
 
 from .control import BenchTimeout, Deadline
 
 __all__ = [
     "BenchTimeout",
-    "PeerFailed",
     "Peer",
+    "PeerFailed",
     "PeerGroup",
     "Server",
-    "free_port",
-    "wait_port",
-    "run_stream",
-    "run_rtt",
     "StreamOutcome",
+    "free_port",
+    "run_rtt",
+    "run_stream",
+    "wait_port",
 ]
 
 HOST = "127.0.0.1"  # the only address the bench ever talks to
+_GRACE = 5.0  # seconds the orchestrator waits beyond a peer's own timeout
 _ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def _with_parent_death_signal(argv: list[str]) -> list[str]:
+    """Prefix *argv* so the server gets SIGTERM if the bench process is killed.
+
+    Uses util-linux ``setpriv --pdeathsig`` where present (Linux); normal
+    exits stop servers explicitly. (A server that switches user, like
+    mosquitto started as root, loses this safety net.)
+    """
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or not sys.platform.startswith("linux"):
+        return argv
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv]
 
 
 class PeerFailed(RuntimeError):
@@ -62,7 +78,7 @@ class Peer:
         env = dict(os.environ)
         env["PYTHONPATH"] = _ROOT + os.pathsep + env.get("PYTHONPATH", "")
         env["PYTHONUNBUFFERED"] = "1"
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the peer
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.peers", system, role, json.dumps(args)],
             stdin=subprocess.PIPE,
@@ -88,10 +104,10 @@ class Peer:
 
     def expect(self, word: str, deadline: Deadline) -> dict[str, Any]:
         """Wait for the peer's next ``WORD [json]`` line; raise on ERROR, exit or timeout."""
-        for i, line in enumerate(self._held):
-            if line.split(" ", 1)[0] == word:
+        for i, held in enumerate(self._held):
+            if held.split(" ", 1)[0] == word:
                 del self._held[i]
-                return self._parse(line)
+                return self._parse(held)
         while True:
             try:
                 line = self._lines.get(timeout=max(0.001, deadline.left()))
@@ -157,7 +173,7 @@ class PeerGroup:
         self.peers.append(peer)
         return peer
 
-    def __enter__(self) -> PeerGroup:
+    def __enter__(self) -> PeerGroup:  # noqa: PYI034
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -205,9 +221,13 @@ class Server:
         for _ in range(attempts):
             self.port = free_port()
             argv: Sequence[str] = argv_for_port(self.port, Path(self.dir.name))
-            self._log = open(Path(self.dir.name) / "server.log", "w+b")
+            self._log = open(Path(self.dir.name) / "server.log", "w+b")  # noqa: SIM115 - closed in stop()
             self.proc = subprocess.Popen(
-                list(argv), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.dir.name
+                _with_parent_death_signal(list(argv)),
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir.name,
             )
             try:
                 wait_port(self.port, Deadline(timeout), self.proc)
@@ -256,12 +276,12 @@ def run_stream(
     Elapsed time runs from the sender's clock just before its first data
     envelope to the last receiver's clock at its n-th data envelope.
     """
-    deadline = Deadline(timeout)
+    deadline = Deadline(timeout + _GRACE)  # peers give up first and report what they have
     common = dict(args, n=n, warmup=warmup, timeout=timeout)
     with PeerGroup() as group:
         rx = [group.start(system, "sink", dict(common, index=i), f"{system} sink {i}") for i in range(sinks)]
-        infos = [p.expect("READY", deadline) for p in rx]
-        tx = group.start(system, "source", dict(common, sinks=infos), f"{system} source")
+        tx = group.start(system, "source", common, f"{system} source")  # starts up meanwhile
+        tx.send("PEERS " + json.dumps([p.expect("READY", deadline) for p in rx]))
         tx.expect("READY", deadline)
         for p in rx:
             p.expect("WARM", deadline)
@@ -277,10 +297,10 @@ def run_stream(
 
 def run_rtt(system: str, args: dict[str, Any], n: int, warmup: int, timeout: float) -> dict[str, Any]:
     """An echo server and one client doing warmup + n awaited round trips."""
-    deadline = Deadline(timeout)
+    deadline = Deadline(timeout + _GRACE)  # peers give up first and report what they have
     common = dict(args, n=n, warmup=warmup, timeout=timeout)
     with PeerGroup() as group:
         server = group.start(system, "echo", common, f"{system} echo")
-        info = server.expect("READY", deadline)
-        client = group.start(system, "client", dict(common, server=info), f"{system} client")
+        client = group.start(system, "client", common, f"{system} client")  # starts up meanwhile
+        client.send("PEERS " + json.dumps(server.expect("READY", deadline)))
         return client.expect("RESULT", deadline)

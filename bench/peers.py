@@ -1,7 +1,10 @@
 """Entry point of a peer process: ``python -m bench.peers <system> <role> <json-args>``.
 
 Roles: ``sink`` and ``source`` (one-way and fan-out streams), ``echo`` and
-``client`` (request/reply). The peer speaks the line protocol of
+``client`` (request/reply). A ``source`` or ``client`` is started together
+with the other side and first waits for its ``PEERS`` line, which becomes
+``args["sinks"]`` (list of the sinks' READY infos) or ``args["server"]``
+(the echo server's READY info). The peer speaks the line protocol of
 :mod:`bench.control` on stdin/stdout and always exits: at STOP, at end of
 stdin, or at its deadline (``args["timeout"]`` seconds).
 """
@@ -20,14 +23,22 @@ ROLES = ("sink", "source", "echo", "client")
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or argv[0] not in REGISTRY or argv[1] not in ROLES:
-        print(f"usage: python -m bench.peers {{{','.join(REGISTRY)}}} {{{','.join(ROLES)}}} JSON", file=sys.stderr)
+        print(
+            f"usage: python -m bench.peers {{{','.join(REGISTRY)}}} {{{','.join(ROLES)}}} JSON",
+            file=sys.stderr,
+        )
         return 2
     system, role, raw = argv
     args = json.loads(raw)
     ctl = Control(float(args.get("timeout", 60.0)))
     try:
-        load_module(system).peer(role, args, ctl)
-    except BaseException as exc:  # report anything, including KeyboardInterrupt, then fail
+        module = load_module(system)  # import while the orchestrator readies the other side
+        if role == "source":
+            args["sinks"] = ctl.wait_peers()
+        elif role == "client":
+            args["server"] = ctl.wait_peers()
+        module.peer(role, args, ctl)
+    except BaseException as exc:  # noqa: BLE001 - report anything (also Ctrl-C) to the orchestrator
         traceback.print_exc(file=sys.stderr)
         ctl.error(f"{type(exc).__name__}: {exc}")
         return 1

@@ -12,12 +12,21 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from .control import Control
 from .envelope import decode, encode, encode_batch, encode_with_id
 
-__all__ = ["SinkCounter", "make_reply", "run_source", "run_source_async", "run_rtt_client", "run_rtt_client_async", "percentile"]
+__all__ = [
+    "SinkCounter",
+    "make_reply",
+    "percentile",
+    "run_rtt_client",
+    "run_rtt_client_async",
+    "run_source",
+    "run_source_async",
+]
 
 #: Warm-up is sent in bursts of this many envelopes, one burst per pause.
 WARMUP_BURST = 32
@@ -172,10 +181,10 @@ def run_rtt_client(call: Callable[[bytes], bytes], n: int, warmup: int, ctl: Con
         _check_reply(reply, msg_id)
         if i >= warmup:
             samples.append(dt)
+        if ctl.stop.is_set():
+            raise RuntimeError("stopped during round trips")
         if i % 256 == 0:
             ctl.deadline.check("round trips")
-            if ctl.stop.is_set():
-                raise RuntimeError("stopped during round trips")
     ctl.result(_summary(samples))
 
 
@@ -192,10 +201,10 @@ async def run_rtt_client_async(
         _check_reply(reply, msg_id)
         if i >= warmup:
             samples.append(dt)
+        if ctl.stop.is_set():
+            raise RuntimeError("stopped during round trips")
         if i % 256 == 0:
             ctl.deadline.check("round trips")
-            if ctl.stop.is_set():
-                raise RuntimeError("stopped during round trips")
     ctl.result(_summary(samples))
 
 

@@ -13,7 +13,7 @@ from types import ModuleType
 
 from .base import System
 
-__all__ = ["REGISTRY", "BASELINE", "load_class", "load_module"]
+__all__ = ["BASELINE", "DEFAULT", "REGISTRY", "load_class", "load_module"]
 
 REGISTRY: dict[str, str] = {
     "zmq": "bench.systems.raw_zmq:RawZmq",
@@ -21,7 +21,11 @@ REGISTRY: dict[str, str] = {
     "nats": "bench.systems.nats:Nats",
     "mqtt": "bench.systems.mqtt:Mqtt",
     "redis": "bench.systems.redis_pubsub:RedisPubSub",
+    "redis-plain": "bench.systems.redis_pubsub:RedisPubSubPlain",
 }
+
+#: Systems run when ``--systems`` is not given (the others run only by name).
+DEFAULT: tuple[str, ...] = ("zmq", "zmq-batch32", "nats", "mqtt", "redis")
 
 #: The system the table's ratios are relative to.
 BASELINE = "zmq"

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from ..harness import run_rtt, run_stream
 
-__all__ = ["System", "PeerSystem", "Sizes", "WORKLOADS", "binary_available"]
+__all__ = ["WORKLOADS", "PeerSystem", "Sizes", "System", "binary_available"]
 
 #: Workload names, in table order.
 WORKLOADS = ("throughput", "rtt", "fanout")
@@ -41,6 +41,7 @@ class Sizes:
     warmup: int = 2000  # envelopes each receiver sees before measuring
     rtt_warmup: int = 500  # round trips before measuring
     timeout: float = 120.0  # hard limit for one workload run, seconds
+    repeat: int = 1  # runs per workload; the table shows the median
 
 
 class System(ABC):

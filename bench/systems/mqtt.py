@@ -71,7 +71,7 @@ class Mqtt(PeerSystem):
     def versions(self) -> dict[str, str]:
         import paho.mqtt
 
-        out = subprocess.run([self._binary, "-h"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run([self._binary, "-h"], capture_output=True, text=True, timeout=10, check=False)
         first = (out.stdout or out.stderr).strip().splitlines()
         return {"paho-mqtt": paho.mqtt.__version__, "mosquitto": first[0] if first else "?"}
 
@@ -98,11 +98,12 @@ def peer(role: str, args: dict[str, Any], ctl: Control) -> None:
 
 def _connect(args: dict[str, Any], role: str, ctl: Control) -> Any:
     import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
     client = mqtt.Client(
-        mqtt.CallbackAPIVersion.VERSION2,
+        CallbackAPIVersion.VERSION2,
         client_id=f"bench-{role}-{uuid.uuid4().hex[:8]}",
-        protocol=mqtt.MQTTv311,
+        protocol=MQTTProtocolVersion.MQTTv311,
     )
     connected = threading.Event()
     client.on_connect = lambda c, u, flags, rc, props: connected.set()

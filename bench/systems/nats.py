@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from ..control import Control
 from ..envelope import decode
@@ -64,7 +65,9 @@ class Nats(PeerSystem):
     def versions(self) -> dict[str, str]:
         from nats.aio.client import __version__
 
-        out = subprocess.run([self._binary, "--version"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            [self._binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+        )
         return {"nats-py": __version__, "nats-server": out.stdout.strip()}
 
     def peer_args(self, workload: str) -> dict[str, Any]:

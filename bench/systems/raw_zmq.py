@@ -92,9 +92,8 @@ def _sink(ctx: Any, args: dict[str, Any], ctl: Control) -> None:
         try:
             payload = sock.recv_multipart()[-1]
         except zmq.Again:
-            ctl.deadline.check("receiving")
-            if ctl.stop.is_set():
-                break
+            if ctl.stop.is_set() or ctl.deadline.expired():
+                break  # report the partial count
             continue
         if batch > 1:
             for env in decode_batch(payload):

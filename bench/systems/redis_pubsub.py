@@ -29,7 +29,7 @@ from ..harness import HOST, Server
 from ..roles import SinkCounter, make_reply, run_rtt_client, run_source
 from .base import PeerSystem, binary_available, module_available
 
-__all__ = ["RedisPubSub", "peer"]
+__all__ = ["RedisPubSub", "RedisPubSubPlain", "peer"]
 
 _POLL = 0.1  # seconds a get_message waits before looking at STOP/deadline
 #: PUBLISH commands the stream sender sends per round trip (1 = plain publish()).
@@ -39,7 +39,11 @@ PIPELINE = 64
 class RedisPubSub(PeerSystem):
     key: ClassVar[str] = "redis"
     label: ClassVar[str] = "Redis pub/sub"
-    notes: ClassVar[str] = f"redis-server + redis-py; stream sender pipelines {PIPELINE} PUBLISHes per round trip"
+    notes: ClassVar[str] = (
+        f"redis-server + redis-py; stream sender pipelines {PIPELINE} PUBLISHes per round trip"
+    )
+
+    pipeline: ClassVar[int] = PIPELINE
 
     _server: Server | None = None
     _binary = ""
@@ -75,7 +79,9 @@ class RedisPubSub(PeerSystem):
     def versions(self) -> dict[str, str]:
         import redis
 
-        out = subprocess.run([self._binary, "--version"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            [self._binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+        )
         return {"redis-py": redis.__version__, "redis-server": out.stdout.strip()}
 
     def peer_args(self, workload: str) -> dict[str, Any]:
@@ -84,7 +90,18 @@ class RedisPubSub(PeerSystem):
             "workload": workload,
             "port": self._server.port,
             "channel": f"bench.{workload}.{uuid.uuid4().hex[:8]}",
+            "pipeline": self.pipeline,
         }
+
+
+class RedisPubSubPlain(RedisPubSub):
+    """The same, with plain ``publish()`` (one round trip per message)."""
+
+    key: ClassVar[str] = "redis-plain"
+    label: ClassVar[str] = "Redis plain publish()"
+    notes: ClassVar[str] = "redis-py publish() awaits each reply; RTT is the same as redis"
+    supports: ClassVar[frozenset[str]] = frozenset({"throughput", "fanout"})
+    pipeline: ClassVar[int] = 1
 
 
 # ---------------------------------------------------------------- peer half
@@ -115,15 +132,11 @@ def _sink(conn: Any, args: dict[str, Any], ctl: Control) -> None:
     pubsub = _subscribe(conn, args["channel"], ctl)
     counter = SinkCounter(int(args["n"]), int(args["warmup"]), ctl)
     ctl.ready()
-    idle = 0
     while not counter.done:
         msg = pubsub.get_message(timeout=_POLL)
         if msg is None or msg["type"] != "message":
-            idle += 1
-            if idle % 8 == 0 or msg is None:
-                ctl.deadline.check("receiving")
-                if ctl.stop.is_set():
-                    break
+            if ctl.stop.is_set() or ctl.deadline.expired():
+                break  # report the partial count
             continue
         counter.feed(decode(msg["data"])["type"])
     counter.report()
@@ -136,6 +149,7 @@ def _source(conn: Any, args: dict[str, Any], ctl: Control) -> None:
     ctl.ready()
 
     pipe = conn.pipeline(transaction=False)
+    depth = max(1, int(args.get("pipeline", PIPELINE)))
     queued = 0
 
     def flush() -> None:
@@ -148,10 +162,13 @@ def _source(conn: Any, args: dict[str, Any], ctl: Control) -> None:
         nonlocal queued
         pipe.publish(channel, frame)
         queued += 1
-        if queued >= PIPELINE:
+        if queued >= depth:
             flush()
 
-    run_source(send, int(args["n"]), ctl, flush=flush)
+    if depth == 1:
+        run_source(lambda frame: conn.publish(channel, frame), int(args["n"]), ctl)
+    else:
+        run_source(send, int(args["n"]), ctl, flush=flush)
     ctl.wait_stop()
 
 

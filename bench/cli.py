@@ -1,0 +1,314 @@
+"""``python -m bench``: run the selected systems and workloads, then report."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import os
+import platform
+import signal
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .envelope import encode
+from .report import SystemResult, table, write_chart, write_json
+from .systems import BASELINE, DEFAULT, REGISTRY, load_class
+from .systems.base import WORKLOADS, Sizes, System
+
+QUICK = Sizes(
+    throughput_n=20_000, rtt_n=1_000, fanout_n=5_000, warmup=1_000, rtt_warmup=200, timeout=60.0, repeat=3
+)
+FULL = Sizes(
+    throughput_n=200_000,
+    rtt_n=10_000,
+    fanout_n=50_000,
+    warmup=5_000,
+    rtt_warmup=1_000,
+    timeout=300.0,
+    repeat=3,
+)
+
+
+class Progress:
+    """tqdm if installed, else one plain line per finished step."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self._bar: Any = None
+        try:
+            tqdm = importlib.import_module("tqdm").tqdm
+        except ImportError:
+            return
+        self._bar = tqdm(total=total, unit="run", file=sys.stderr, dynamic_ncols=True)
+
+    def start(self, what: str) -> None:
+        if self._bar is not None:
+            self._bar.set_description(what)
+        else:
+            print(f"[{self.done + 1}/{self.total}] {what} ...", file=sys.stderr, flush=True)
+
+    def finish(self, what: str, outcome: str) -> None:
+        self.done += 1
+        if self._bar is not None:
+            self._bar.set_postfix_str(f"{what}: {outcome}")
+            self._bar.update(1)
+        else:
+            print(f"[{self.done}/{self.total}] {what}: {outcome}", file=sys.stderr, flush=True)
+
+    def skip(self, count: int) -> None:
+        """Count *count* planned steps that will not run."""
+        if count <= 0:
+            return
+        self.done += count
+        if self._bar is not None:
+            self._bar.update(count)
+
+    def note(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Side-by-side one-way throughput, request/reply RTT and fan-out on 127.0.0.1.",
+    )
+    p.add_argument("--quick", action="store_true", help="small counts: whole run in under a minute")
+    p.add_argument(
+        "--systems",
+        default=",".join(DEFAULT),
+        help=f"comma-separated subset of: {', '.join(REGISTRY)} (default: {','.join(DEFAULT)})",
+    )
+    p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"subset of: {', '.join(WORKLOADS)}")
+    p.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parent / "out", help="output directory"
+    )
+    p.add_argument("-n", "--throughput-n", type=int, help="one-way messages (after warm-up)")
+    p.add_argument("--rtt-n", type=int, help="measured round trips (after warm-up)")
+    p.add_argument("--fanout-n", type=int, help="messages per subscriber in fan-out")
+    p.add_argument("--subscribers", type=int, help="fan-out subscriber processes (default 4)")
+    p.add_argument("--repeat", type=int, help="runs per workload, median reported (default 3)")
+    p.add_argument("--no-chart", action="store_true", help="skip the PNG")
+    p.add_argument("--list", action="store_true", help="list the systems and exit")
+    return p.parse_args(argv)
+
+
+def _sizes(ns: argparse.Namespace) -> Sizes:
+    base = QUICK if ns.quick else FULL
+    return Sizes(
+        throughput_n=ns.throughput_n or base.throughput_n,
+        rtt_n=ns.rtt_n or base.rtt_n,
+        fanout_n=ns.fanout_n or base.fanout_n,
+        subscribers=ns.subscribers or base.subscribers,
+        warmup=base.warmup,
+        rtt_warmup=base.rtt_warmup,
+        timeout=base.timeout,
+        repeat=max(1, ns.repeat or base.repeat),
+    )
+
+
+def _select(spec: str, known: Sequence[str], what: str) -> list[str]:
+    chosen = [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in known]
+    if unknown:
+        raise SystemExit(f"unknown {what}: {', '.join(unknown)} (known: {', '.join(known)})")
+    return chosen
+
+
+def _fmt(workload: str, value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if workload == "rtt":
+        return f"p50 {value[0]:,.0f} us, p99 {value[1]:,.0f} us"
+    return f"{value:,.0f}/s"
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def _run_workload(
+    run: Callable[[], Any], workload: str, res: SystemResult, repeat: int, progress: Progress
+) -> None:
+    what = f"{res.key} {workload}"
+    values: list[Any] = []
+    t = time.monotonic()
+    for i in range(repeat):
+        progress.start(what if repeat == 1 else f"{what} {i + 1}/{repeat}")
+        try:
+            value = run()
+        except Exception as exc:  # noqa: BLE001 - one failed run is reported, the bench goes on
+            res.errors[workload] = f"{type(exc).__name__}: {exc}"[:500]
+            progress.finish(what, "error")
+            progress.skip(repeat - i - 1)
+            break
+        progress.finish(what, _fmt(workload, value))
+        if value is None:
+            progress.skip(repeat - i - 1)
+            break
+        values.append(value)
+    res.seconds[workload] = round(time.monotonic() - t, 2)
+    if not values or workload in res.errors:
+        return
+    res.runs[workload] = [list(v) if isinstance(v, tuple) else v for v in values]
+    if workload == "rtt":
+        res.rtt_p50_us = _median([v[0] for v in values])
+        res.rtt_p99_us = _median([v[1] for v in values])
+    elif workload == "throughput":
+        res.throughput_msgs_per_s = _median(values)
+    elif workload == "fanout":
+        res.fanout_deliveries_per_s = _median(values)
+
+
+def _run_system(
+    system: System, res: SystemResult, workloads: list[str], sizes: Sizes, progress: Progress
+) -> None:
+    runs: dict[str, Callable[[], Any]] = {
+        "throughput": lambda: system.throughput(sizes.throughput_n),
+        "rtt": lambda: system.rtt(sizes.rtt_n),
+        "fanout": lambda: system.fanout(sizes.fanout_n, sizes.subscribers),
+    }
+    try:  # teardown runs whatever happens, Ctrl-C included
+        try:
+            system.setup()
+            res.versions = system.versions()
+        except Exception as exc:  # noqa: BLE001 - a server that will not start fails its workloads only
+            for w in workloads:
+                res.errors[w] = f"setup failed: {exc}"
+            progress.skip(len(workloads) * sizes.repeat)
+            progress.note(f"{system.key}: setup failed: {exc}")
+            return
+        for w in workloads:
+            _run_workload(runs[w], w, res, sizes.repeat, progress)
+    finally:
+        system.teardown()
+
+
+def _loadavg() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def _applicable(system: System, workloads: list[str]) -> list[str]:
+    supports = getattr(system, "supports", None)
+    return [w for w in workloads if supports is None or w in supports]
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through every finally: peers and servers get stopped
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = _parse(sys.argv[1:] if argv is None else argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
+    if ns.list:
+        for key, target in REGISTRY.items():
+            print(f"{key:14} {target}{'' if key in DEFAULT else '  (only when named)'}")
+        return 0
+    keys = _select(ns.systems, list(REGISTRY), "system")
+    workloads = _select(ns.workloads, WORKLOADS, "workload")
+    sizes = _sizes(ns)
+    started = time.monotonic()
+
+    plan: list[tuple[System, SystemResult, list[str]]] = []
+    results: list[SystemResult] = []
+    for key in keys:
+        try:
+            cls = load_class(key)
+        except ImportError as exc:
+            results.append(SystemResult(key=key, label=key, skipped=f"cannot import: {exc}"))
+            print(f"{key}: cannot import: {exc}", file=sys.stderr)
+            continue
+        system = cls(sizes)
+        res = SystemResult(key=key, label=cls.label, notes=cls.notes)
+        results.append(res)
+        ok, note = system.available()
+        if not ok:
+            res.skipped = note
+            print(note, file=sys.stderr)
+            continue
+        plan.append((system, res, _applicable(system, workloads)))
+
+    mode = "quick" if ns.quick else "full"
+    print(
+        f"bench ({mode}): one-way n={sizes.throughput_n:,}, RTT n={sizes.rtt_n:,}, "
+        f"fan-out n={sizes.fanout_n:,} x {sizes.subscribers} subscribers; envelope {len(encode(0))} bytes; "
+        f"median of {sizes.repeat} run(s) each",
+        file=sys.stderr,
+    )
+    load_before = _loadavg()
+    if load_before is not None and load_before > 0.5:
+        print(
+            f"note: load average {load_before:.2f} before start: other processes share the "
+            f"{os.cpu_count()} CPUs, so the numbers will be noisier",
+            file=sys.stderr,
+        )
+    progress = Progress(sum(len(w) for _, _, w in plan) * sizes.repeat)
+    interrupted = False
+    try:
+        for system, res, todo in plan:
+            _run_system(system, res, todo, sizes, progress)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        progress.close()
+    if interrupted:
+        print("interrupted: reporting what finished", file=sys.stderr)
+    elapsed = time.monotonic() - started
+
+    meta = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "mode": mode,
+        "sizes": sizes.__dict__,
+        "envelope_bytes": len(encode(0)),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "elapsed_s": round(elapsed, 1),
+        "interrupted": interrupted,
+        "loadavg_1min_before": load_before,
+        "loadavg_1min_after": _loadavg(),
+        "repeat": sizes.repeat,
+        "aggregate": "median over repeats (RTT: median of the p50s and of the p99s)",
+        "method": {
+            "throughput": "sender clock before its first measured envelope -> receiver clock at its n-th "
+            "(CLOCK_MONOTONIC, same host); after a warm-up the receiver counts and discards",
+            "rtt": "one request at a time, encode -> reply decoded, p50/p99 nearest rank, after warm-up",
+            "fanout": "subscribers x n deliveries / (publisher start -> last subscriber's n-th envelope)",
+        },
+    }
+    out: Path = ns.out
+    json_path, png_path = out / "results.json", out / "results.png"
+    write_json(json_path, meta, results, BASELINE)
+    print()
+    print(table(results, BASELINE, sizes.subscribers))
+    print()
+    print(f"results: {json_path}")
+    if ns.no_chart:
+        print("chart: skipped (--no-chart)")
+    else:
+        note = write_chart(
+            png_path,
+            results,
+            f"zmesh bench ({mode}), {platform.node() or 'host'}, "
+            f"{os.cpu_count()} CPUs, {len(encode(0))}-byte msgpack envelope",
+            sizes.subscribers,
+        )
+        print(f"chart: {note}" if note else f"chart: {png_path}")
+    print(f"total time: {elapsed:.1f} s")
+    return 130 if interrupted else 0

@@ -1,0 +1,165 @@
+"""Results: the terminal table, results.json and the PNG chart."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SystemResult", "ratios", "table", "write_chart", "write_json"]
+
+
+@dataclass
+class SystemResult:
+    """Everything measured (or not) for one system."""
+
+    key: str
+    label: str
+    notes: str = ""
+    skipped: str = ""  # why the system did not run at all
+    versions: dict[str, str] = field(default_factory=dict)
+    throughput_msgs_per_s: float | None = None
+    rtt_p50_us: float | None = None
+    rtt_p99_us: float | None = None
+    fanout_deliveries_per_s: float | None = None
+    errors: dict[str, str] = field(default_factory=dict)  # workload -> error text
+    seconds: dict[str, float] = field(default_factory=dict)  # workload -> wall time of all its runs
+    runs: dict[str, list[Any]] = field(default_factory=dict)  # workload -> every repeat's value
+
+
+def ratios(results: list[SystemResult], baseline: str) -> dict[str, dict[str, float | None]]:
+    """Per system: throughput and fan-out as a multiple of the baseline's
+    (``>1`` is faster), RTT p50 and p99 as a multiple of the baseline's (``>1`` is slower)."""
+    base = next((r for r in results if r.key == baseline), None)
+
+    def div(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    out: dict[str, dict[str, float | None]] = {}
+    for r in results:
+        out[r.key] = {
+            "throughput": div(r.throughput_msgs_per_s, base.throughput_msgs_per_s if base else None),
+            "rtt_p50": div(r.rtt_p50_us, base.rtt_p50_us if base else None),
+            "rtt_p99": div(r.rtt_p99_us, base.rtt_p99_us if base else None),
+            "fanout": div(r.fanout_deliveries_per_s, base.fanout_deliveries_per_s if base else None),
+        }
+    return out
+
+
+def _num(v: float | None, err: str | None, digits: int = 0) -> str:
+    if v is None:
+        return "error" if err else "-"
+    return f"{v:,.{digits}f}"
+
+
+def _ratio(v: float | None) -> str:
+    return "" if v is None else f"{v:.2f}x"
+
+
+def table(results: list[SystemResult], baseline: str, subscribers: int) -> str:
+    """The comparison table, one row per system, plus notes and errors under it."""
+    rat = ratios(results, baseline)
+    head = [
+        "system", "one-way msg/s", f"vs {baseline}", "RTT p50 us", "RTT p99 us", f"vs {baseline}",
+        f"fan-out x{subscribers} deliv/s", f"vs {baseline}",
+    ]  # fmt: skip
+    rows: list[list[str]] = []
+    for r in results:
+        if r.skipped:
+            rows.append([r.label, "skipped", "", "", "", "", "", ""])
+            continue
+        q = rat[r.key]
+        rows.append(
+            [
+                r.label,
+                _num(r.throughput_msgs_per_s, r.errors.get("throughput")),
+                _ratio(q["throughput"]),
+                _num(r.rtt_p50_us, r.errors.get("rtt"), 1),
+                _num(r.rtt_p99_us, r.errors.get("rtt"), 1),
+                _ratio(q["rtt_p50"]),
+                _num(r.fanout_deliveries_per_s, r.errors.get("fanout")),
+                _ratio(q["fanout"]),
+            ]
+        )
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    out = [line(head), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
+    out.append("")
+    if not any(r.key == baseline and not r.skipped for r in results):
+        out.append(f"no ratios: {baseline} is not in this run.")
+    out.append(
+        f"vs {baseline}: throughput columns are multiples of {baseline}'s rate (>1 = faster); "
+        f"the RTT column is p50 / {baseline}'s p50 (>1 = slower). '-' = not applicable."
+    )
+    for r in results:
+        if r.skipped:
+            out.append(f"  {r.label}: skipped: {r.skipped}")
+        elif r.notes:
+            out.append(f"  {r.label}: {r.notes}")
+        for workload, err in r.errors.items():
+            out.append(f"  {r.label} {workload} error: {err}")
+    return "\n".join(out)
+
+
+def write_json(path: Path, meta: dict[str, Any], results: list[SystemResult], baseline: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "meta": meta,
+        "baseline": baseline,
+        "results": [asdict(r) for r in results],
+        "ratios_vs_baseline": ratios(results, baseline),
+    }
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def write_chart(path: Path, results: list[SystemResult], title: str, subscribers: int) -> str:
+    """Write the PNG; return "" or a one-line note on why it was skipped."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter
+    except ImportError:
+        return "matplotlib not installed (pip install matplotlib): chart skipped"
+    ran = [r for r in results if not r.skipped]
+    if not ran:
+        return "nothing ran: chart skipped"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.5))
+    panels: list[tuple[Any, str, list[tuple[str, float]]]] = [
+        (axes[0], "one-way throughput (msgs/s)",
+         [(r.label, r.throughput_msgs_per_s) for r in ran if r.throughput_msgs_per_s is not None]),
+        (axes[1], f"fan-out, 1 -> {subscribers} (deliveries/s)",
+         [(r.label, r.fanout_deliveries_per_s) for r in ran if r.fanout_deliveries_per_s is not None]),
+    ]  # fmt: skip
+    for ax, name, data in panels:
+        labels = [d[0] for d in data]
+        values = [d[1] for d in data]
+        bars = ax.bar(range(len(values)), values, color="#4C72B0")
+        ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=8)
+        ax.set_xticks(range(len(values)), labels, rotation=25, ha="right", fontsize=9)
+        ax.set_title(name)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+        ax.margins(y=0.12)
+    ax = axes[2]
+    rtt = [r for r in ran if r.rtt_p50_us is not None and r.rtt_p99_us is not None]
+    xs = list(range(len(rtt)))
+    w = 0.38
+    b50 = ax.bar([x - w / 2 for x in xs], [r.rtt_p50_us or 0.0 for r in rtt], w, label="p50", color="#55A868")
+    b99 = ax.bar([x + w / 2 for x in xs], [r.rtt_p99_us or 0.0 for r in rtt], w, label="p99", color="#C44E52")
+    ax.bar_label(b50, fmt="%.0f", fontsize=8)
+    ax.bar_label(b99, fmt="%.0f", fontsize=8)
+    ax.set_xticks(xs, [r.label for r in rtt], rotation=25, ha="right", fontsize=9)
+    ax.set_title("request/reply RTT (us, lower is better)")
+    ax.legend()
+    ax.margins(y=0.12)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return ""
