@@ -196,8 +196,8 @@ class MdnsDiscovery:
         Must be awaited inside the running event loop that will own the
         discovery.  Raises RuntimeError when called twice or after close.
         """
-        if self._started:
-            raise RuntimeError("MdnsDiscovery.start() called twice")
+        if self._started or self._close_task is not None:
+            raise RuntimeError("MdnsDiscovery.start() called twice or after close()")
         self._started = True
         self._aiozc = AsyncZeroconf(interfaces=list(self.scope.addresses))
         try:

@@ -190,6 +190,7 @@ class Node:
         self._pub_size = 0
         self._flush_scheduled = False
         self._in_drain = False
+        self._hot = False
         self._observers: list[Observer] = []
         self._event_queues: list[asyncio.Queue[MeshEvent]] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -700,13 +701,12 @@ class Node:
     def _enqueue(self, node_id: str, item: bytes) -> None:
         box = self._outbox.get(node_id)
         if box is None:
-            if not self._flush_scheduled and not self._in_drain and node_id != _LOCAL:
-                # Nothing else is queued this iteration: send now (latency), and
-                # batch whatever follows until the end of the iteration.
+            if not (self._flush_scheduled or self._in_drain or self._hot) and node_id != _LOCAL:
+                # A lone message (a request, say) leaves at once. What follows it
+                # before the next flush or drain is batched until the end of the
+                # loop iteration, so bursts still travel many to a frame.
+                self._hot = True
                 self._flush_one(node_id, [item])
-                if self._loop is not None:
-                    self._flush_scheduled = True
-                    self._loop.call_soon(self._flush)
                 return
             self._outbox[node_id] = [[item], len(item)]
         else:
@@ -731,6 +731,7 @@ class Node:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self._hot = False
         if self._pub_items:
             self._flush_pub()
         outbox, self._outbox = self._outbox, {}
@@ -796,6 +797,7 @@ class Node:
     def on_drained(self) -> None:
         """Transport callback after a batch of frames: send what they caused."""
         self._in_drain = False
+        self._hot = False
         if self._outbox or self._pub_items:
             self._flush()
 
