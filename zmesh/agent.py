@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar, U
 from .errors import InvalidMessage, NodeClosed
 from .handlers import run_handler
 from .message import MESSAGE_TYPES, Message, check_options, new_id
+from .topics import _valid_topics as _checked_topics
 from .topics import check_pattern, check_topic, is_pattern, matches
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ HandoffHandler = Callable[["Handoff"], Union[bool, Awaitable[bool]]]
 H = TypeVar("H", bound=Callable[..., Any])
 
 _MAX_TOPIC = 1024
+_SENDABLE_TYPES = frozenset(t for t in MESSAGE_TYPES if t != "result")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,14 +127,16 @@ class Agent:
     ) -> Message:
         if self._closed:
             raise NodeClosed(f"agent {self.id!r} is closed")
-        if not isinstance(target, str):
+        if target.__class__ is not str:
             raise InvalidMessage(f"target must be an agent id string, got {target!r}")
-        if len(topic) > _MAX_TOPIC:
-            raise InvalidMessage(f"topic is longer than {_MAX_TOPIC} characters")
-        check_topic(topic)
-        check_options(priority, qos, ttl)
-        if mtype not in MESSAGE_TYPES or mtype == "result":
-            raise InvalidMessage(f"type must be one of {MESSAGE_TYPES[:1] + MESSAGE_TYPES[2:]}, got {mtype!r}")
+        if topic not in _checked_topics:
+            if isinstance(topic, str) and len(topic) > _MAX_TOPIC:
+                raise InvalidMessage(f"topic is longer than {_MAX_TOPIC} characters")
+            check_topic(topic)
+        if not (priority == 3 and qos == 0 and ttl is None):  # the defaults need no check
+            check_options(priority, qos, ttl)
+        if mtype not in _SENDABLE_TYPES:
+            raise InvalidMessage(f"type must be one of {sorted(_SENDABLE_TYPES)}, got {mtype!r}")
         msg = Message(
             mtype,
             self.id,
@@ -332,15 +336,13 @@ class Agent:
                 reason = accepted if isinstance(accepted, str) else "refused"
                 self._reply_now(msg, {"accepted": False, "reason": reason})
 
-        import contextvars
-
         from .node import _trace_var
 
-        context = contextvars.copy_context()
-        context.run(_trace_var.set, msg.trace_id)
-        run_handler(
-            handler, offer, done, self.node._handler_failed, context, self.node._tasks, (self, msg, False)
-        )
+        token = _trace_var.set(msg.trace_id)
+        try:
+            run_handler(handler, offer, done, self.node._handler_failed, self.node._tasks, (self, msg, False))
+        finally:
+            _trace_var.reset(token)
 
     # -- pub/sub ---------------------------------------------------------
 

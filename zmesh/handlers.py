@@ -10,7 +10,6 @@ it stopped. Whatever happens, exactly one of ``done(result)`` or
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from types import CoroutineType
 from typing import Any, Callable, Coroutine, Generator
 
@@ -86,25 +85,25 @@ def run_handler(
     arg: Any,
     done: Callable[[Any, Any], None],
     failed: Callable[[BaseException, Any], None],
-    context: contextvars.Context,
     tasks: set[asyncio.Task[None]],
     extra: Any = None,
 ) -> None:
-    """Call ``handler(arg)`` in ``context``; report ``done(result, extra)``
-    or ``failed(exc, extra)``.
+    """Call ``handler(arg)``; report ``done(result, extra)`` or ``failed(exc, extra)``.
 
-    Tasks created for suspended handlers are kept in ``tasks`` (and removed
-    when they finish) so the node can cancel them on close.
+    Runs in the caller's context (set the trace id around the call); a
+    handler that suspends continues in a Task, which copies that context.
+    Tasks are kept in ``tasks`` (and removed when they finish) so the node can
+    cancel them on close.
     """
     try:
-        result = context.run(handler, arg)
+        result = handler(arg)
         if result.__class__ is not CoroutineType and (
             result is None or not asyncio.iscoroutine(result)
         ):
             coro = None
         else:
             coro = result
-            first = context.run(coro.send, None)
+            first = coro.send(None)
     except StopIteration as stop:
         result, coro = stop.value, None
     except Exception as exc:
@@ -113,8 +112,6 @@ def run_handler(
     if coro is None:
         done(result, extra)
         return
-    task = context.run(
-        asyncio.get_running_loop().create_task, _finish(coro, first, done, failed, extra)
-    )
+    task = asyncio.get_running_loop().create_task(_finish(coro, first, done, failed, extra))
     tasks.add(task)
     task.add_done_callback(tasks.discard)

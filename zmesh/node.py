@@ -716,8 +716,8 @@ class Node:
                 box[1] = 0
             box[0].append(item)
             box[1] += len(item)
-        if not self._flush_scheduled and self._loop is not None:
-            self._flush_scheduled = True
+        if not (self._flush_scheduled or self._in_drain) and self._loop is not None:
+            self._flush_scheduled = True  # (a drain flushes when it ends)
             self._loop.call_soon(self._flush)
 
     def _publish(self, item: bytes) -> None:
@@ -725,7 +725,7 @@ class Node:
             self._flush_pub()
         self._pub_items.append(item)
         self._pub_size += len(item)
-        if not self._flush_scheduled and self._loop is not None:
+        if not (self._flush_scheduled or self._in_drain) and self._loop is not None:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 
@@ -960,12 +960,13 @@ class Node:
 
     def _run(self, agent: Agent, handler: Callable[..., Any], msg: Message, broadcast: bool = False) -> None:
         self._stats["handled"] += 1
-        context = contextvars.copy_context()
-        context.run(_trace_var.set, msg.trace_id)
-        run_handler(
-            handler, msg, self._handler_done, self._handler_failed, context, self._tasks,
-            (agent, msg, broadcast),
-        )
+        token = _trace_var.set(msg.trace_id)
+        try:
+            run_handler(
+                handler, msg, self._handler_done, self._handler_failed, self._tasks, (agent, msg, broadcast)
+            )
+        finally:
+            _trace_var.reset(token)
 
     def _handler_done(self, result: Any, extra: tuple[Agent, Message, bool]) -> None:
         agent, msg, broadcast = extra

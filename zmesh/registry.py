@@ -47,10 +47,16 @@ class NodeRecord:
     routers: tuple[str, ...] = ()
     pubs: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if not self.routers:
+            object.__setattr__(self, "routers", (self.router,))
+        if not self.pubs:
+            object.__setattr__(self, "pubs", (self.pub,))
+
     def to_wire(self) -> dict[str, Any]:
         return {
-            "routers": list(self.routers or (self.router,)),
-            "pubs": list(self.pubs or (self.pub,)),
+            "routers": list(self.routers),
+            "pubs": list(self.pubs),
             "mesh": self.mesh,
             "node": self.node_id,
             "inc": self.incarnation,

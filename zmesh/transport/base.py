@@ -38,7 +38,8 @@ class TransportHost(Protocol):
     def on_pub_frame(self, frame: bytes) -> None: ...
 
     def on_drained(self) -> None:
-        """Called after a batch of on_direct_frame/on_pub_frame calls."""
+        """Must follow every batch of on_direct_frame/on_pub_frame calls: the
+        node sends what they caused (one frame per peer) here."""
         ...
 
     def on_subscriber_ready(self, key: str) -> None: ...

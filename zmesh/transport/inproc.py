@@ -87,13 +87,17 @@ class InprocTransport(Transport):
 
     def _host_direct(self, key: str, frame: bytes) -> None:
         if not self._closed and self._host is not None:
-            self._host.on_direct_frame(key, frame)
-            self._host.on_drained()
+            try:
+                self._host.on_direct_frame(key, frame)
+            finally:
+                self._host.on_drained()
 
     def _host_pub(self, frame: bytes) -> None:
         if not self._closed and self._host is not None:
-            self._host.on_pub_frame(frame)
-            self._host.on_drained()
+            try:
+                self._host.on_pub_frame(frame)
+            finally:
+                self._host.on_drained()
 
     def _host_ready(self, key: str) -> None:
         if not self._closed and self._host is not None:

@@ -371,7 +371,8 @@ class ZmqTransport(Transport):
             pass
         except zmq.ZMQError as exc:
             self._drop("recv_failed", exc.strerror)
-        host.on_drained()
+        finally:
+            host.on_drained()
 
     def _drain_xpub(self) -> None:
         sock, host = self._xpub, self._host
