@@ -10,7 +10,7 @@ line (all times are ``time.monotonic()``, comparable across processes)::
     {"event": "peer", "node", "peer", "inc", "addresses", "t"}
     {"event": "reach", "node", "peer", "address", "ok"}  TCP connect to the best address
     {"event": "gone", "node", "peer", "t"}
-    {"event": "ignored", "node", "msg", "stats"}       a record was ignored
+    {"event": "log", "node", "level", "msg", "stats"}  a discovery log line (e.g. ignored record)
     {"event": "refreshed", "node", "t"}                after a "refresh" line on stdin
     {"event": "exit", "node", "stats"}
 
@@ -38,8 +38,8 @@ def emit(**fields: Any) -> None:
     print(json.dumps(fields), flush=True)
 
 
-class _IgnoredHandler(logging.Handler):
-    """Turns the discovery's "ignored ..." log lines into JSON events."""
+class _LogHandler(logging.Handler):
+    """Turns the discovery's log lines into JSON events."""
 
     def __init__(self, node: str) -> None:
         super().__init__(logging.DEBUG)
@@ -48,7 +48,7 @@ class _IgnoredHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         stats = dict(self.discovery.stats) if self.discovery is not None else {}
-        emit(event="ignored", node=self.node, msg=record.getMessage(), stats=stats)
+        emit(event="log", node=self.node, level=record.levelname, msg=record.getMessage(), stats=stats)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -63,8 +63,11 @@ async def main(args: argparse.Namespace) -> None:
     async def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.close()
 
-    server = await asyncio.start_server(on_conn, host=list(scope.addresses), port=0)
-    port = server.sockets[0].getsockname()[1]
+    # one port on every scope address (port=0 with a host list would pick one port per address)
+    servers = [await asyncio.start_server(on_conn, host=scope.addresses[0], port=0)]
+    port = servers[0].sockets[0].getsockname()[1]
+    for address in scope.addresses[1:]:
+        servers.append(await asyncio.start_server(on_conn, host=address, port=port))
     tasks: set[asyncio.Task[None]] = set()
 
     async def reach(advert: PeerAdvert) -> None:
@@ -72,10 +75,10 @@ async def main(args: argparse.Namespace) -> None:
         try:
             _, writer = await asyncio.wait_for(asyncio.open_connection(address, advert.router_port), 3)
             writer.close()
-            ok = True
-        except (OSError, asyncio.TimeoutError):
-            ok = False
-        emit(event="reach", node=args.node, peer=advert.node_id, address=address, ok=ok)
+            error = ""
+        except (OSError, asyncio.TimeoutError) as exc:
+            error = repr(exc)
+        emit(event="reach", node=args.node, peer=advert.node_id, address=address, ok=not error, error=error)
 
     def on_peer(advert: PeerAdvert) -> None:
         emit(
@@ -89,7 +92,7 @@ async def main(args: argparse.Namespace) -> None:
     def on_gone(node_id: str) -> None:
         emit(event="gone", node=args.node, peer=node_id, t=time.monotonic())
 
-    handler = _IgnoredHandler(args.node)
+    handler = _LogHandler(args.node)
     logger = logging.getLogger(f"zmesh.discovery.child.{args.node}")
     logger.setLevel(logging.DEBUG)
     logger.addHandler(handler)
@@ -126,8 +129,9 @@ async def main(args: argparse.Namespace) -> None:
             task.cancel()
         await asyncio.gather(*helpers, *tasks, return_exceptions=True)
         await discovery.close()
-        server.close()
-        await server.wait_closed()
+        for server in servers:
+            server.close()
+            await server.wait_closed()
         emit(event="exit", node=args.node, stats=discovery.stats)
 
 

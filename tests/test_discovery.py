@@ -195,11 +195,9 @@ def test_restart_with_new_incarnation_is_reported_again_and_goodbye_reports_gone
     run(main())
 
 
-async def _register_raw(
-    zc: AsyncZeroconf, label: str, properties: dict[str, str], addresses: list[str] | None = None
-) -> ServiceInfo:
-    """Register a hand-made _zmesh._tcp service (no probing) on 127.0.0.1."""
-    info = ServiceInfo(
+def _raw_info(label: str, properties: dict[str, str], addresses: list[str] | None = None) -> ServiceInfo:
+    """A hand-made _zmesh._tcp service description."""
+    return ServiceInfo(
         SERVICE_TYPE,
         f"{label}.{SERVICE_TYPE}",
         port=47000,
@@ -207,6 +205,13 @@ async def _register_raw(
         server=f"{label}.local.",
         parsed_addresses=addresses or ["127.0.0.1"],
     )
+
+
+async def _register_raw(
+    zc: AsyncZeroconf, label: str, properties: dict[str, str], addresses: list[str] | None = None
+) -> ServiceInfo:
+    """Register a hand-made service (no probing) on the 127.0.0.1-only ``zc``."""
+    info = _raw_info(label, properties, addresses)
     await zc.async_register_service(info, cooperating_responders=True)
     return info
 
@@ -233,7 +238,8 @@ def test_malformed_and_foreign_records_are_ignored_counted_and_logged_once(
         raw = AsyncZeroconf(interfaces=["127.0.0.1"])
         try:
             await me.start()
-            infos = [await _register_raw(raw, label, props) for label, props in bad.items()]
+            for label, props in bad.items():
+                await _register_raw(raw, label, props)
             await _register_raw(raw, f"offlink-{tag}", {**good, "node": "raw-offlink"}, ["10.254.1.2"])
             await _register_raw(raw, f"nul-{tag}", {})
             # a valid record registered after the garbage still gets through: nothing crashed
@@ -246,12 +252,13 @@ def test_malformed_and_foreign_records_are_ignored_counted_and_logged_once(
                 and me.stats["ignored_self"] >= 2,
                 what=f"ignored counters, got {me.stats}",
             )
-            # re-announcing a malformed record does not log or count again
-            before = dict(me.stats)
-            await (await raw.async_update_service(infos[1]))
+            # a changed but still malformed record is re-resolved, yet not logged again (checked below;
+            # counters are not compared exactly: concurrent test sessions share 127.0.0.1 mDNS)
+            changed = _raw_info(f"badport-{tag}", {**good, "node": "raw-badport", "rp": "https"})
+            await (await raw.async_update_service(changed))
+            await until(lambda: "https" in caplog.text, what="re-resolution of the changed record")
             await _register_raw(raw, f"late-good-{tag}", {**good, "node": "raw-late"})
             await rec.wait(lambda: "raw-late" in rec.nodes())
-            assert me.stats["ignored_malformed"] == before["ignored_malformed"]
             assert rec.nodes() == {"raw-good", "raw-late"}
         finally:
             await raw.async_close()
@@ -259,9 +266,9 @@ def test_malformed_and_foreign_records_are_ignored_counted_and_logged_once(
 
     run(main())
     for label in (f"nokeys-{tag}", f"badport-{tag}", f"badv-{tag}", f"future-{tag}", f"offlink-{tag}"):
-        lines = [r for r in caplog.records if label in r.getMessage()]
+        lines = [r for r in caplog.records if label in r.getMessage() and r.levelno >= logging.INFO]
         assert len(lines) == 1, (label, [r.getMessage() for r in lines])
-        assert lines[0].levelno == logging.WARNING
+        assert lines[0].levelno == (logging.INFO if label.startswith("offlink") else logging.WARNING)
 
 
 def test_callback_exceptions_do_not_break_discovery(caplog: pytest.LogCaptureFixture) -> None:
@@ -304,6 +311,8 @@ def test_close_is_idempotent_and_leaves_no_threads() -> None:
         never_started = make(unique_mesh(), "idle", rec)
         await never_started.close()
         await never_started.close()
+        with pytest.raises(RuntimeError):
+            await never_started.start()
         d = make(unique_mesh(), "closer", rec)
         await d.start()
         with pytest.raises(RuntimeError):
@@ -374,3 +383,4 @@ def test_instance_label_is_a_valid_unique_dns_label(node_id: str) -> None:
     assert not label.startswith("-") and not label.endswith("-")
     assert instance_label(node_id, "inc2") != label
     assert instance_label(node_id + "x", "inc") != label
+    assert instance_label(node_id, "inc", "other-mesh") != label
