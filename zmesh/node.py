@@ -58,7 +58,9 @@ _BATCH_BYTES = 256 * 1024
 _HEADER_ALLOWANCE = 64 * 1024
 _MAX_LOGGED_DROPS = 1024
 _SEED_RETRY = 1.0
+_SEED_RETRY_MAX = 10.0
 _DISCOVERED_PATIENCE = 10.0
+_LOST_PATIENCE = 300.0
 
 
 def current_trace_id() -> str:
@@ -115,6 +117,7 @@ class _Seed:
     answered: bool = False
     next_try: float = field(default=0.0)
     give_up_at: float = 0.0  # discovered endpoints are not retried forever
+    interval: float = _SEED_RETRY
 
 
 def _make_transport(spec: str | Transport, interfaces: str | Sequence[str] | None) -> Transport:
@@ -493,14 +496,14 @@ class Node:
         self._check_open()
         self._connect(endpoint, discovered=False)
 
-    def _connect(self, endpoint: str, discovered: bool) -> None:
+    def _connect(self, endpoint: str, discovered: bool, patience: float = _DISCOVERED_PATIENCE) -> None:
         if endpoint in self._seeds or endpoint in self.transport.router_endpoints:
             return
         if any(endpoint in p.record.routers or p.router == endpoint for p in self._peers.values()):
             return
         seed = _Seed(endpoint, self.transport.open_link(endpoint))
         if discovered:
-            seed.give_up_at = time.monotonic() + _DISCOVERED_PATIENCE
+            seed.give_up_at = time.monotonic() + patience
         self._seeds[endpoint] = seed
         self._send_hello(seed.link, reply=True)
 
@@ -651,6 +654,15 @@ class Node:
         self._emit(self.registry.remove(node_id, why))
         self._wake_settle_waiters()
         log.info("zmesh %s: peer %s left (%s)", self.id, node_id, why)
+        if why == "expired" and not self._closed:
+            # Silence may be a cut link, not a death: keep knocking (with
+            # backoff) so the peer rejoins when the link comes back.
+            self._connect(peer.router, discovered=True, patience=_LOST_PATIENCE)
+            refresh = getattr(self._discovery, "refresh", None)
+            if refresh is not None and self._loop is not None:
+                task = self._loop.create_task(refresh())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
     def _fail_pending_to(self, node_id: str, why: str) -> None:
         for key, pending in list(self._pending.items()):
@@ -692,7 +704,8 @@ class Node:
                 seed.link.close()
                 del self._seeds[seed.endpoint]
             elif now >= seed.next_try:
-                seed.next_try = now + _SEED_RETRY
+                seed.next_try = now + seed.interval
+                seed.interval = min(seed.interval * 1.5, _SEED_RETRY_MAX)
                 self._send_hello(seed.link, reply=True)
         self._schedule_tick()
 
