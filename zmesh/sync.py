@@ -74,6 +74,9 @@ class Node:
         self._loop.run_forever()
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if self._loop.is_closed():
+            coro.close()
+            raise NodeClosed("the node is closed")
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
