@@ -14,14 +14,13 @@ import os
 import socket
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Sequence
 
 import msgpack
 
 from . import codec
-from .clock import Clock, SystemClock, TimerHandle
+from .clock import Clock, SystemClock
 from .codec import FrameError
 from .deadletters import DeadLetter, DeadLetters
 from .errors import (
@@ -36,12 +35,15 @@ from .errors import (
     ZmeshError,
 )
 from .handlers import DEFERRED, run_handler
-from .liveness import LivenessConfig, PeerLiveness
+from .liveness import LivenessConfig
 from .message import Message, new_id
 from .observer import Observer, Receipt
-from .registry import MeshEvent, NodeRecord, Registry, parse_record
+from .registry import MeshEvent, NodeRecord, Registry
 from .topics import matches
-from .transport.base import Link, Transport
+from .membership import MembershipMixin
+from .nodestate import Peer, Pending, Seed
+from .transport.base import Transport
+from .wire import LOCAL
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -53,14 +55,7 @@ log = logging.getLogger("zmesh")
 _trace_var: contextvars.ContextVar[str] = contextvars.ContextVar("zmesh_trace_id", default="")
 
 HANDOFF_TOPIC = "zmesh.handoff"
-_LOCAL = "\x00local"  # outbox key of this node's own agents
-_BATCH_BYTES = 256 * 1024
 _HEADER_ALLOWANCE = 64 * 1024
-_MAX_LOGGED_DROPS = 1024
-_SEED_RETRY = 1.0
-_SEED_RETRY_MAX = 10.0
-_DISCOVERED_PATIENCE = 10.0
-_LOST_PATIENCE = 300.0
 
 
 def current_trace_id() -> str:
@@ -84,42 +79,6 @@ class trace_context:
             _trace_var.reset(self._token)
 
 
-@dataclass(slots=True, eq=False)
-class _Peer:
-    node_id: str
-    incarnation: str
-    key: str
-    link: Link
-    router: str
-    pub: str
-    liveness: PeerLiveness | None
-    record: NodeRecord
-    sub_ready: bool = False
-    joined: bool = False
-    acked_seq: int = -1
-
-
-@dataclass(slots=True, eq=False)
-class _Pending:
-    future: asyncio.Future[Message]
-    node_id: str
-    timer: TimerHandle
-    message: Message
-    started: float
-    kind: str
-
-
-@dataclass(slots=True, eq=False)
-class _Seed:
-    endpoint: str
-    link: Link
-    refused: str = ""
-    answered: bool = False
-    next_try: float = field(default=0.0)
-    give_up_at: float = 0.0  # discovered endpoints are not retried forever
-    interval: float = _SEED_RETRY
-
-
 def _make_transport(spec: str | Transport, interfaces: str | Sequence[str] | None) -> Transport:
     if isinstance(spec, Transport):
         return spec
@@ -134,7 +93,7 @@ def _make_transport(spec: str | Transport, interfaces: str | Sequence[str] | Non
     raise ValueError(f"unknown transport {spec!r}: use 'zmq', 'inproc' or a Transport instance")
 
 
-class Node:
+class Node(MembershipMixin):
     """One member of a mesh. Use as ``async with zmesh.Node("lab") as node``.
 
     ``mesh`` names the mesh: only nodes with the same mesh name talk. ``name``
@@ -183,11 +142,11 @@ class Node:
         self.dead_letters = DeadLetters(dead_letter_capacity, self._redeliver)
         self._seed_endpoints = list(seeds)
         self._agents: dict[str, Agent] = {}
-        self._peers: dict[str, _Peer] = {}
-        self._peers_by_key: dict[str, _Peer] = {}
+        self._peers: dict[str, Peer] = {}
+        self._peers_by_key: dict[str, Peer] = {}
         self._ready_keys: set[str] = set()
-        self._seeds: dict[str, _Seed] = {}
-        self._pending: dict[tuple[str, str], _Pending] = {}
+        self._seeds: dict[str, Seed] = {}
+        self._pending: dict[tuple[str, str], Pending] = {}
         self._outbox: dict[str, list[Any]] = {}
         self._pub_items: list[bytes] = []
         self._pub_size = 0
@@ -484,438 +443,21 @@ class Node:
                 raise Timeout(f"{what} within {timeout} s")
             await asyncio.sleep(min(0.01, remaining))
 
-    # -- joining ---------------------------------------------------------
-
-    def _connect_seeds(self) -> None:
-        if not self._closed:
-            for endpoint in self._seed_endpoints:
-                self.connect(endpoint)
-
-    def connect(self, endpoint: str) -> None:
-        """Join the mesh through a member's router endpoint (a seed)."""
-        self._check_open()
-        self._connect(endpoint, discovered=False)
-
-    def _connect(self, endpoint: str, discovered: bool, patience: float = _DISCOVERED_PATIENCE) -> None:
-        if endpoint in self._seeds or endpoint in self.transport.router_endpoints:
-            return
-        if any(endpoint in p.record.routers or p.router == endpoint for p in self._peers.values()):
-            return
-        seed = _Seed(endpoint, self.transport.open_link(endpoint))
-        if discovered:
-            seed.give_up_at = time.monotonic() + patience
-        self._seeds[endpoint] = seed
-        self._send_hello(seed.link, reply=True)
-
-    def on_discovered(self, router_endpoint: str) -> None:
-        """Transport or discovery callback: a member may live at this endpoint."""
-        if self._closed or router_endpoint == self.endpoint:
-            return
-        self._connect(router_endpoint, discovered=True)
-
-    def _hello_item(self, reply: bool) -> bytes:
-        peers = [[p.node_id, list(p.record.routers or (p.router,))] for p in self._peers.values()]
-        return codec.encode_item([codec.HELLO, self._local_record().to_wire(), peers, reply])
-
-    def _send_hello(self, link: Link, reply: bool) -> None:
-        link.send(codec.join_frame([self._hello_item(reply)]))
-
-    def _on_hello(self, key: str, item: list[Any]) -> None:
-        if len(item) != 4 or item[2].__class__ is not list:
-            raise FrameError("malformed", "hello")
-        record = parse_record(item[1])
-        if key != f"{record.node_id}|{record.incarnation}":
-            raise FrameError("spoofed_hello", "identity does not match record")
-        if record.node_id == self.id:
-            raise FrameError("self", "hello from a node with our own id")
-        if record.mesh != self.mesh:
-            self._refuse(record, f"mesh {record.mesh!r} is not {self.mesh!r}")
-            return
-        if record.version != codec.PROTOCOL_VERSION:
-            self._refuse(record, f"protocol version {record.version} is not {codec.PROTOCOL_VERSION}")
-            return
-        for seed in self._seeds.values():
-            if seed.endpoint in record.routers:
-                seed.answered = True
-        peer = self._peers.get(record.node_id)
-        if peer is not None and peer.incarnation != record.incarnation:
-            if record.incarnation < peer.incarnation:
-                raise FrameError("stale_incarnation", record.node_id)
-            self._replace_incarnation(peer, record)
-            peer = None
-        if peer is None:
-            peer = self._add_peer(record, key)
-        else:
-            self._accept_record(peer, record)
-        if item[3]:
-            self._send_hello(peer.link, reply=False)
-        for entry in item[2]:
-            if entry.__class__ is not list or len(entry) != 2 or entry[0].__class__ is not str:
-                raise FrameError("malformed", "hello peer list")
-            node_id, routers = entry
-            if routers.__class__ is str:
-                routers = [routers]
-            if routers.__class__ is not list or not routers or any(r.__class__ is not str for r in routers):
-                raise FrameError("malformed", "hello peer list")
-            if node_id != self.id and node_id not in self._peers:
-                self._connect(self.transport.choose(tuple(routers[:64])), discovered=True)
-
-    def _add_peer(self, record: NodeRecord, key: str) -> _Peer:
-        router = self.transport.choose(record.routers or (record.router,))
-        pub = self.transport.choose(record.pubs or (record.pub,))
-        existing_seed = next((sd for sd in self._seeds.values() if sd.endpoint in record.routers), None)
-        if existing_seed is not None:
-            del self._seeds[existing_seed.endpoint]
-            link = existing_seed.link
-            router = existing_seed.endpoint
-        else:
-            link = self.transport.open_link(router)
-        liveness = (
-            PeerLiveness(self.liveness_config, time.monotonic())
-            if self.transport.needs_liveness
-            else None
-        )
-        if liveness is not None:
-            liveness.event("hello")
-        peer = _Peer(
-            record.node_id, record.incarnation, key, link, router, pub, liveness, record
-        )
-        self._peers[record.node_id] = peer
-        self._peers_by_key[key] = peer
-        self.transport.subscribe(pub)
-        if key in self._ready_keys:
-            self._ready_keys.discard(key)
-            peer.sub_ready = True
-        self._maybe_join(peer)
-        return peer
-
-    def _replace_incarnation(self, peer: _Peer, record: NodeRecord) -> None:
-        """A node came back under the same name: drop the old one quietly."""
-        log.info("zmesh %s: node %s restarted", self.id, peer.node_id)
-        self._fail_pending_to(peer.node_id, f"node {peer.node_id!r} restarted")
-        self._peers.pop(peer.node_id, None)
-        self._peers_by_key.pop(peer.key, None)
-        self._outbox.pop(peer.node_id, None)
-        peer.link.close()
-        self.transport.unsubscribe(peer.pub)
-        # The old record stays in the registry until the new incarnation joins,
-        # which then replaces it in one step (peer_restarted, no leave/join storm).
-
-    def _accept_record(self, peer: _Peer, record: NodeRecord) -> None:
-        if record.seq < peer.record.seq:
-            return
-        peer.record = record
-        if peer.joined:
-            self._emit(self.registry.merge(record))
-            self._enqueue(peer.node_id, codec.encode_item([codec.ACK, record.seq]))
-
-    def on_subscriber_ready(self, key: str) -> None:
-        """Transport callback: the peer with this key now receives our publications."""
-        peer = self._peers_by_key.get(key)
-        if peer is None:
-            if len(self._ready_keys) < _MAX_LOGGED_DROPS:
-                self._ready_keys.add(key)
-            return
-        peer.sub_ready = True
-        self._maybe_join(peer)
-
-    def _maybe_join(self, peer: _Peer) -> None:
-        if peer.joined or not peer.sub_ready:
-            return
-        peer.joined = True
-        self._emit(self.registry.merge(peer.record))
-        # Introduce the newcomer to everyone else: nodes that joined through
-        # us at the same moment would otherwise never hear of each other.
-        introduction = self._hello_item(reply=False)
-        for other in self._peers.values():
-            if other is not peer and other.joined:
-                self._enqueue(other.node_id, introduction)
-        self._enqueue(peer.node_id, codec.encode_item([codec.ACK, peer.record.seq]))
-        if peer.acked_seq < self._seq:
-            # Our record may have changed since our HELLO went out.
-            self._enqueue(peer.node_id, codec.encode_item([codec.UPDATE, self._local_record().to_wire()]))
-
-    def _refuse(self, record: NodeRecord, reason: str) -> None:
-        self._drop("refused", record.node_id, f"refused node {record.node_id!r}: {reason}")
-        self._emit([MeshEvent("peer_refused", record.node_id, detail=reason)])
-        link = self.transport.open_link(self.transport.choose(record.routers or (record.router,)))
-        link.send(codec.join_frame([codec.encode_item([codec.REFUSE, reason, self.id])]))
-        link.close()
-
-    def _remove_peer(self, node_id: str, why: str) -> None:
-        peer = self._peers.pop(node_id, None)
-        if peer is None:
-            return
-        self._peers_by_key.pop(peer.key, None)
-        self._outbox.pop(node_id, None)
-        peer.link.close()
-        self.transport.unsubscribe(peer.pub)
-        self._fail_pending_to(node_id, f"node {node_id!r} {why}")
-        self._emit(self.registry.remove(node_id, why))
-        self._wake_settle_waiters()
-        log.info("zmesh %s: peer %s left (%s)", self.id, node_id, why)
-        if why == "expired" and not self._closed:
-            # Silence may be a cut link, not a death: keep knocking (with
-            # backoff) so the peer rejoins when the link comes back.
-            self._connect(peer.router, discovered=True, patience=_LOST_PATIENCE)
-            refresh = getattr(self._discovery, "refresh", None)
-            if refresh is not None and self._loop is not None:
-                task = self._loop.create_task(refresh())
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-
-    def _fail_pending_to(self, node_id: str, why: str) -> None:
-        for key, pending in list(self._pending.items()):
-            if pending.node_id == node_id and not pending.future.done():
-                pending.future.set_exception(PeerLost(f"{why} before replying"))
-
-    @property
-    def peers(self) -> list[str]:
-        """Ids of the peers that have fully joined."""
-        return sorted(p.node_id for p in self._peers.values() if p.joined)
-
     # -- liveness --------------------------------------------------------
 
-    def _schedule_tick(self) -> None:
-        if self._closed or self._loop is None:
-            return
-        interval = self.liveness_config.heartbeat / 2
-        self._tick_handle = self._loop.call_later(interval, self._tick)
 
-    def _tick(self) -> None:
-        now = time.monotonic()
-        for peer in list(self._peers.values()):
-            if peer.liveness is None:
-                continue
-            actions = peer.liveness.tick(now)
-            if "expire" in actions:
-                self._remove_peer(peer.node_id, "expired")
-                continue
-            if "ping" in actions:
-                self._emit([MeshEvent("peer_evasive", peer.node_id)])
-                self._enqueue(peer.node_id, codec.encode_item([codec.PING, True]))
-            elif "heartbeat" in actions:
-                self._enqueue(peer.node_id, codec.encode_item([codec.PING, False]))
-        for seed in list(self._seeds.values()):
-            if seed.answered or seed.refused:
-                continue
-            if seed.give_up_at and now >= seed.give_up_at:
-                log.warning("zmesh %s: no answer from %s; giving up on it", self.id, seed.endpoint)
-                seed.link.close()
-                del self._seeds[seed.endpoint]
-            elif now >= seed.next_try:
-                seed.next_try = now + seed.interval
-                seed.interval = min(seed.interval * 1.5, _SEED_RETRY_MAX)
-                self._send_hello(seed.link, reply=True)
-        self._schedule_tick()
-
-    # -- outbound --------------------------------------------------------
-
-    def _enqueue(self, node_id: str, item: bytes) -> None:
-        box = self._outbox.get(node_id)
-        if box is None:
-            if not (self._flush_scheduled or self._in_drain or self._hot) and node_id != _LOCAL:
-                # A lone message (a request, say) leaves at once. What follows it
-                # before the next flush or drain is batched until the end of the
-                # loop iteration, so bursts still travel many to a frame.
-                self._hot = True
-                self._flush_one(node_id, [item])
-                return
-            self._outbox[node_id] = [[item], len(item)]
-        else:
-            if box[1] + len(item) > _BATCH_BYTES:
-                self._flush_one(node_id, box[0])
-                box[0] = []
-                box[1] = 0
-            box[0].append(item)
-            box[1] += len(item)
-        if not (self._flush_scheduled or self._in_drain) and self._loop is not None:
-            self._flush_scheduled = True  # (a drain flushes when it ends)
-            self._loop.call_soon(self._flush)
-
-    def _publish(self, item: bytes) -> None:
-        if self._pub_size + len(item) > _BATCH_BYTES and self._pub_items:
-            self._flush_pub()
-        self._pub_items.append(item)
-        self._pub_size += len(item)
-        if not (self._flush_scheduled or self._in_drain) and self._loop is not None:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        self._hot = False
-        if self._pub_items:
-            self._flush_pub()
-        outbox, self._outbox = self._outbox, {}
-        for node_id, box in outbox.items():
-            self._flush_one(node_id, box[0])
-
-    def _flush_pub(self) -> None:
-        items, self._pub_items, self._pub_size = self._pub_items, [], 0
-        self.transport.publish(codec.join_pub_frame(self.id, self._seq, items))
-        self._stats["frames_published"] += 1
-
-    def _flush_one(self, node_id: str, items: list[bytes]) -> None:
-        if not items:
-            return
-        frame = codec.join_frame(items)
-        if node_id == _LOCAL:
-            self._handle_frame(None, frame)
-            return
-        peer = self._peers.get(node_id)
-        if peer is None:
-            self._stats["items_to_departed_peers"] += len(items)
-            return
-        peer.link.send(frame)
-        self._stats["frames_sent"] += 1
-        if peer.liveness is not None:
-            peer.liveness.sent(time.monotonic())
-
-    def _route(self, target: str) -> str | None:
-        """Outbox key for an agent id, or None when no node hosts it."""
-        if target in self._agents:
-            return _LOCAL
-        node_id = self.registry.node_of(target)
-        if node_id is None:
-            # A peer whose HELLO arrived but whose SUB is not attached yet can
-            # already send us requests; its replies must still find it.
-            for peer in self._peers.values():
-                if not peer.joined and target in peer.record.agents:
-                    return peer.node_id
-        return node_id
 
     # -- inbound ---------------------------------------------------------
 
-    def on_transport_drop(self, reason: str, where: str) -> None:
-        self._drop(reason, where)
 
-    def _drop(self, reason: str, where: str, detail: str = "") -> None:
-        self._dropped[reason] += 1
-        key = (where, reason)
-        if key not in self._logged_drops and len(self._logged_drops) < _MAX_LOGGED_DROPS:
-            self._logged_drops.add(key)
-            log.warning(
-                "zmesh %s: dropped input from %s: %s%s (logged once per peer and reason)",
-                self.id,
-                where or "unknown",
-                reason,
-                f" ({detail})" if detail else "",
-            )
 
-    def on_direct_frame(self, key: str, frame: bytes) -> None:
-        self._in_drain = True
-        self._handle_frame(key, frame)
 
-    def on_drained(self) -> None:
-        """Transport callback after a batch of frames: send what they caused."""
-        self._in_drain = False
-        self._hot = False
-        if self._outbox or self._pub_items:
-            self._flush()
 
-    def _handle_frame(self, key: str | None, frame: bytes) -> None:
-        """Handle a direct frame; ``key`` is None for this node's own loopback."""
-        where = key or self.id
-        try:
-            items = codec.decode_frame(frame, self.max_frame)
-        except FrameError as exc:
-            self._drop(exc.reason, where, exc.detail)
-            return
-        peer = None
-        if key is not None:
-            peer = self._peers_by_key.get(key)
-            if peer is not None and peer.liveness is not None:
-                peer.liveness.heard(time.monotonic())
-        self._stats["frames_received"] += 1
-        for item in items:
-            try:
-                kind = item[0]
-                if kind == codec.MSG:
-                    if key is None:
-                        self._on_message(codec.message_from_item(item), None)
-                    elif peer is None:
-                        raise FrameError("unknown_peer", "message before hello")
-                    else:
-                        self._on_message(codec.message_from_item(item), peer)
-                elif key is None:
-                    raise FrameError("malformed", "control item on loopback")
-                elif kind == codec.HELLO:
-                    self._on_hello(key, item)
-                    peer = self._peers_by_key.get(key)
-                elif kind == codec.REFUSE:
-                    self._on_refuse(key, item)
-                elif peer is None:
-                    raise FrameError("unknown_peer", f"item kind {kind} before hello")
-                else:
-                    self._on_control(peer, kind, item)
-            except FrameError as exc:
-                self._drop(exc.reason, where, exc.detail)
-            except ZmeshError as exc:
-                self._drop("rejected", where, str(exc))
 
-    def _on_control(self, peer: _Peer, kind: int, item: list[Any]) -> None:
-        if kind == codec.UPDATE:
-            if len(item) != 2:
-                raise FrameError("malformed", "update")
-            record = parse_record(item[1])
-            if record.node_id != peer.node_id or record.incarnation != peer.incarnation:
-                raise FrameError("spoofed_update", record.node_id)
-            self._accept_record(peer, record)
-        elif kind == codec.ACK:
-            if len(item) != 2 or item[1].__class__ is not int:
-                raise FrameError("malformed", "ack")
-            if item[1] > peer.acked_seq:
-                peer.acked_seq = item[1]
-                if self._settle_waiters:
-                    self._wake_settle_waiters()
-        elif kind == codec.PING:
-            if len(item) == 2 and item[1] is True:
-                self._enqueue(peer.node_id, codec.encode_item([codec.PONG]))
-        elif kind == codec.PONG:
-            pass
-        elif kind == codec.BYE:
-            self._remove_peer(peer.node_id, "left")
-        else:
-            raise FrameError("unknown_item", str(kind))
 
-    def _on_refuse(self, key: str, item: list[Any]) -> None:
-        if len(item) != 3 or item[1].__class__ is not str or item[2].__class__ is not str:
-            raise FrameError("malformed", "refuse")
-        for seed in self._seeds.values():
-            if not seed.answered:
-                seed.refused = item[1]
-        log.error("zmesh %s: refused by node %r: %s", self.id, item[2], item[1])
-        self._emit([MeshEvent("peer_refused", item[2], detail=item[1])])
 
-    def on_pub_frame(self, frame: bytes) -> None:
-        self._in_drain = True
-        try:
-            node_id, seq, items = codec.decode_pub_frame(frame, self.max_frame)
-        except FrameError as exc:
-            self._drop(exc.reason, "publisher")
-            return
-        peer = self._peers.get(node_id)
-        if peer is None or not peer.joined:
-            self._drop("unknown_publisher", node_id)
-            return
-        if peer.liveness is not None:
-            peer.liveness.heard(time.monotonic())
-        self._stats["frames_received"] += 1
-        for item in items:
-            try:
-                if item[0] != codec.MSG:
-                    raise FrameError("unknown_item", "only messages are published")
-                msg = codec.message_from_item(item)
-                if msg.target:
-                    raise FrameError("malformed", "published message with a target")
-                if msg.sender not in peer.record.agents and seq <= peer.record.seq:
-                    raise FrameError("spoofed_sender", msg.sender)
-                self._fan_out(msg)
-            except FrameError as exc:
-                self._drop(exc.reason, node_id, exc.detail)
 
-    def _on_message(self, msg: Message, peer: _Peer | None) -> None:
+    def _on_message(self, msg: Message, peer: Peer | None) -> None:
         if peer is not None and msg.sender not in peer.record.agents:
             raise FrameError("spoofed_sender", msg.sender)
         self._stats["messages_received"] += 1
@@ -1069,7 +611,7 @@ class Node:
 
     async def _redeliver(self, msg: Message) -> None:
         route = self._route(msg.target)
-        if msg.sender not in self._agents and route != _LOCAL:
+        if msg.sender not in self._agents and route != LOCAL:
             # Sending as another node's agent would be (rightly) dropped as spoofed.
             raise InvalidMessage(
                 f"cannot redeliver from node {self.id!r}: sender {msg.sender!r} is not hosted here "
@@ -1094,8 +636,8 @@ class Node:
         assert self._loop is not None
         future: asyncio.Future[Message] = self._loop.create_future()
         timer = self.clock.call_later(timeout, self._on_timeout, key)
-        node_id = self.id if route == _LOCAL else route
-        self._pending[key] = _Pending(future, node_id, timer, msg, started, kind)
+        node_id = self.id if route == LOCAL else route
+        self._pending[key] = Pending(future, node_id, timer, msg, started, kind)
         self._enqueue(route, item)
         self._stats["requests_sent"] += 1
         try:
@@ -1153,7 +695,7 @@ class Node:
             else:
                 remote = True
         if local:
-            self._enqueue(_LOCAL, item)
+            self._enqueue(LOCAL, item)
         if remote:
             self._publish(item)
         self._stats["broadcasts"] += 1
