@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib
+import json
 import os
 import platform
 import signal
@@ -16,9 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from .envelope import encode
-from .report import SystemResult, table, write_chart, write_json
+from .report import SystemResult, ratios, table, write_chart, write_json
 from .systems import BASELINE, DEFAULT, REGISTRY, load_class
 from .systems.base import WORKLOADS, Sizes, System
+from .targets import evaluate, format_targets, format_vs
+
+#: Node counts of the zmesh scale section (``--quick``: the first only).
+SCALE_N = (10, 25, 50)
 
 QUICK = Sizes(
     throughput_n=20_000, rtt_n=1_000, fanout_n=5_000, warmup=1_000, rtt_warmup=200, timeout=60.0, repeat=3
@@ -102,6 +107,23 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, help="runs per workload, median reported (default 3)")
     p.add_argument("--no-chart", action="store_true", help="skip the PNG")
     p.add_argument("--list", action="store_true", help="list the systems and exit")
+    p.add_argument(
+        "--scale",
+        action="store_true",
+        help="run only the zmesh join-time and scale/cost section (N=10,25,50; --quick: N=10); "
+        "writes OUT/scale.json",
+    )
+    p.add_argument("--scale-n", help="node counts for the scale section, e.g. 10,25 (default 10,25,50)")
+    p.add_argument(
+        "--scale-heartbeat",
+        type=float,
+        help="zmesh heartbeat in seconds for the scale section (evasive 3x, expire 6x; default: zmesh's 0.5)",
+    )
+    p.add_argument(
+        "--no-scale",
+        action="store_true",
+        help="skip the zmesh join-time and scale section that runs after the table when zmesh is selected",
+    )
     return p.parse_args(argv)
 
 
@@ -208,6 +230,87 @@ def _applicable(system: System, workloads: list[str]) -> list[str]:
     return [w for w in workloads if supports is None or w in supports]
 
 
+def _scale_ns(ns: argparse.Namespace) -> list[int]:
+    if ns.scale_n:
+        try:
+            values = [int(x) for x in ns.scale_n.split(",") if x.strip()]
+        except ValueError:
+            raise SystemExit(f"--scale-n: not a list of integers: {ns.scale_n!r}") from None
+        if not values or any(v < 2 for v in values):
+            raise SystemExit("--scale-n: every node count must be at least 2")
+        return values
+    return list(SCALE_N[:1] if ns.quick else SCALE_N)
+
+
+def _note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _run_zmesh_extras(ns: argparse.Namespace, repeat: int) -> dict[str, Any]:
+    """zmesh join time and the scale/cost section (bench/scale.py); errors are recorded, not raised."""
+    from .scale import (
+        format_join,
+        format_scale,
+        measure_join,
+        measure_scale,
+        scale_targets,
+    )
+    from .systems.zmesh_mesh import zmesh_versions
+
+    out: dict[str, Any] = {"zmesh_versions": zmesh_versions()}
+    _note("zmesh join time: a new node process joins a mesh of 4 through one seed ...")
+    try:
+        out["zmesh_join"] = measure_join(repeat=repeat, note=_note)
+    except Exception as exc:  # noqa: BLE001 - report and go on
+        out["zmesh_join"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    scale: list[dict[str, Any]] = []
+    for n in _scale_ns(ns):
+        _note(f"zmesh scale: {n} node processes ...")
+        t = time.monotonic()
+        try:
+            res = measure_scale(n, note=_note, heartbeat=ns.scale_heartbeat)
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            res = {"n": n, "error": f"{type(exc).__name__}: {exc}"[:500]}
+        res["wall_s"] = round(time.monotonic() - t, 1)
+        scale.append(res)
+    out["zmesh_scale"] = scale
+    out["zmesh_scale_targets"] = scale_targets(scale)
+    out["_text"] = format_join(out["zmesh_join"]) + "\n\n" + format_scale(scale)
+    return out
+
+
+def _scale_only(ns: argparse.Namespace) -> int:
+    """``python -m bench --scale``: only the zmesh join-time and scale section."""
+    started = time.monotonic()
+    load_before = _loadavg()
+    try:
+        extras = _run_zmesh_extras(ns, 3)
+    except KeyboardInterrupt:
+        print("interrupted: every node process was stopped", file=sys.stderr)
+        return 130
+    text = extras.pop("_text")
+    out: Path = ns.out
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "scale.json"
+    meta = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "mode": "scale" + (" (quick)" if ns.quick else ""),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "loadavg_1min_before": load_before,
+        "loadavg_1min_after": _loadavg(),
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+    path.write_text(json.dumps({"meta": meta, **extras}, indent=2) + "\n")
+    print()
+    print(text)
+    print()
+    print(f"results: {path}")
+    print(f"total time: {time.monotonic() - started:.1f} s")
+    return 0
+
+
 def _exit_on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)  # unwinds through every finally: peers and servers get stopped
 
@@ -220,6 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for key, target in REGISTRY.items():
             print(f"{key:14} {target}{'' if key in DEFAULT else '  (only when named)'}")
         return 0
+    if ns.scale:
+        return _scale_only(ns)
     keys = _select(ns.systems, list(REGISTRY), "system")
     workloads = _select(ns.workloads, WORKLOADS, "workload")
     sizes = _sizes(ns)
@@ -269,6 +374,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress.close()
     if interrupted:
         print("interrupted: reporting what finished", file=sys.stderr)
+    extras: dict[str, Any] = {}
+    if "zmesh" in keys and not ns.no_scale and not interrupted:
+        try:
+            extras = _run_zmesh_extras(ns, sizes.repeat)
+        except KeyboardInterrupt:
+            interrupted = True
+            print("interrupted: zmesh scale section skipped", file=sys.stderr)
+    extra_text = extras.pop("_text", "")
+    targets = evaluate(results)
+    extras = {
+        "ratios_vs_nats": ratios(results, "nats"),
+        "targets": targets,
+        **extras,
+    }
     elapsed = time.monotonic() - started
 
     meta = {
@@ -294,10 +413,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     out: Path = ns.out
     json_path, png_path = out / "results.json", out / "results.png"
-    write_json(json_path, meta, results, BASELINE)
+    write_json(json_path, meta, results, BASELINE, extras)
     print()
     print(table(results, BASELINE, sizes.subscribers))
     print()
+    if any(r.key.startswith("zmesh") and not r.skipped for r in results):
+        print(format_vs(results, "nats"))
+        print()
+        print(format_targets(targets))
+        print()
+    if extra_text:
+        print(extra_text)
+        print()
     print(f"results: {json_path}")
     if ns.no_chart:
         print("chart: skipped (--no-chart)")

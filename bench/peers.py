@@ -1,7 +1,9 @@
 """Entry point of a peer process: ``python -m bench.peers <system> <role> <json-args>``.
 
 Roles: ``sink`` and ``source`` (one-way and fan-out streams), ``echo`` and
-``client`` (request/reply). A ``source`` or ``client`` is started together
+``client`` (request/reply), and ``solo`` (a whole measurement inside one
+process, for in-process systems such as ``zmesh-inproc``; it reports one
+``RESULT``). A ``source`` or ``client`` is started together
 with the other side and first waits for its ``PEERS`` line, which becomes
 ``args["sinks"]`` (list of the sinks' READY infos) or ``args["server"]``
 (the echo server's READY info). The peer speaks the line protocol of
@@ -18,7 +20,7 @@ import traceback
 from .control import Control
 from .systems import REGISTRY, load_module
 
-ROLES = ("sink", "source", "echo", "client")
+ROLES = ("sink", "source", "echo", "client", "solo")
 
 
 def main(argv: list[str]) -> int:

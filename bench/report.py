@@ -105,13 +105,21 @@ def table(results: list[SystemResult], baseline: str, subscribers: int) -> str:
     return "\n".join(out)
 
 
-def write_json(path: Path, meta: dict[str, Any], results: list[SystemResult], baseline: str) -> None:
+def write_json(
+    path: Path,
+    meta: dict[str, Any],
+    results: list[SystemResult],
+    baseline: str,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """Write results.json; *extra* adds top-level sections (targets, zmesh join/scale, ...)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "meta": meta,
         "baseline": baseline,
         "results": [asdict(r) for r in results],
         "ratios_vs_baseline": ratios(results, baseline),
+        **(extra or {}),
     }
     path.write_text(json.dumps(doc, indent=2) + "\n")
 

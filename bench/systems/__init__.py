@@ -16,6 +16,8 @@ from .base import System
 __all__ = ["BASELINE", "DEFAULT", "REGISTRY", "load_class", "load_module"]
 
 REGISTRY: dict[str, str] = {
+    "zmesh": "bench.systems.zmesh_mesh:ZmeshMesh",
+    "zmesh-inproc": "bench.systems.zmesh_inproc:ZmeshInproc",
     "zmq": "bench.systems.raw_zmq:RawZmq",
     "zmq-batch32": "bench.systems.raw_zmq:RawZmqBatch",
     "nats": "bench.systems.nats:Nats",
@@ -25,7 +27,7 @@ REGISTRY: dict[str, str] = {
 }
 
 #: Systems run when ``--systems`` is not given (the others run only by name).
-DEFAULT: tuple[str, ...] = ("zmq", "zmq-batch32", "nats", "mqtt", "redis")
+DEFAULT: tuple[str, ...] = ("zmesh", "zmesh-inproc", "zmq", "zmq-batch32", "nats", "mqtt", "redis")
 
 #: The system the table's ratios are relative to.
 BASELINE = "zmq"

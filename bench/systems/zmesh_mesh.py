@@ -1,0 +1,239 @@
+"""zmesh over ZeroMQ: one zmesh node per peer process, joined through seeds.
+
+* one-way throughput: agent ``src`` -> ``await src.send("sink-0", "bench", frame)``;
+  the sink agent's handler counts ``decode(msg.payload)["type"]``;
+* RTT: ``await client.request("echo", "bench", frame, timeout=5)``, the echo
+  agent's handler returns ``make_reply(msg.payload, seq)``;
+* fan-out: 4 sink processes each host an agent subscribed to
+  ``bench.fanout``; the source calls ``await src.broadcast("bench.fanout", frame)``.
+
+The bench envelope travels as the zmesh message payload (opaque ``bytes``),
+so zmesh moves the same application bytes as every other system and adds its
+own header (ids, sender, target, topic, trace id, timestamp...) on top.
+
+Every node is local-only: ``interfaces="local"``, ``discovery=False`` (no
+mDNS), ``ZMESH_INTERFACES=127.0.0.1`` in the peer environment, and peers
+join through seeds (the sinks' ``node.endpoint``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from ..control import BenchTimeout, Control
+from ..envelope import decode
+from ..harness import HOST
+from ..roles import SinkCounter, make_reply, run_rtt_client_async, run_source_async
+from .base import PeerSystem, module_available
+
+__all__ = ["ZmeshMesh", "local_env", "node_kwargs", "peer"]
+
+#: The zmesh send coroutine never suspends: give the event loop a turn every
+#: this many messages so flushes, drains and heartbeats run.
+YIELD_EVERY = 1000
+#: Topic of the fan-out workload.
+FANOUT_TOPIC = "bench.fanout"
+#: Topic of the direct (one-way and RTT) workloads.
+TOPIC = "bench"
+
+
+def local_env() -> None:
+    """Pin zmesh to loopback in this process and in every child it starts."""
+    os.environ["ZMESH_INTERFACES"] = HOST
+
+
+def node_kwargs(seeds: list[str] | None = None) -> dict[str, Any]:
+    """Keyword arguments of every zmesh Node the bench starts: local only, no mDNS."""
+    return {"interfaces": "local", "discovery": False, "seeds": list(seeds or ())}
+
+
+def zmesh_commit() -> str:
+    """The git commit of the zmesh source being measured (``+dirty`` if zmesh/ has local edits)."""
+    import subprocess
+    from pathlib import Path
+
+    import zmesh
+
+    src = Path(zmesh.__file__).resolve().parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(src), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, timeout=5, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(src), "status", "--porcelain", "--", "."],
+            capture_output=True, text=True, timeout=5, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def zmesh_versions() -> dict[str, str]:
+    import zmq
+
+    import zmesh
+
+    return {
+        "zmesh": zmesh.__version__,
+        "zmesh_commit": zmesh_commit(),
+        "pyzmq": zmq.__version__,
+        "libzmq": zmq.zmq_version(),
+    }
+
+
+class ZmeshMesh(PeerSystem):
+    key: ClassVar[str] = "zmesh"
+    label: ClassVar[str] = "zmesh (zmq)"
+    notes: ClassVar[str] = (
+        "one zmesh node per process over tcp://127.0.0.1, joined by seeds; envelope = zmesh payload; "
+        "fan-out = broadcast to 4 subscribed agents"
+    )
+    supports: ClassVar[frozenset[str]] = frozenset({"throughput", "rtt", "fanout"})
+
+    _saved_env: str | None = None
+
+    def available(self) -> tuple[bool, str]:
+        return module_available("zmesh", "-e .")
+
+    def setup(self) -> None:
+        self._saved_env = os.environ.get("ZMESH_INTERFACES")
+        local_env()  # inherited by every peer process (harness.Peer copies os.environ)
+
+    def teardown(self) -> None:
+        if self._saved_env is None:
+            os.environ.pop("ZMESH_INTERFACES", None)
+        else:
+            os.environ["ZMESH_INTERFACES"] = self._saved_env
+
+    def versions(self) -> dict[str, str]:
+        return zmesh_versions()
+
+    def peer_args(self, workload: str) -> dict[str, Any]:
+        # A fresh mesh name per run: nodes of an earlier run can never join this one.
+        return {"workload": workload, "mesh": f"bench-{workload}-{uuid.uuid4().hex[:8]}"}
+
+
+# ---------------------------------------------------------------- peer half
+
+
+def peer(role: str, args: dict[str, Any], ctl: Control) -> None:
+    local_env()
+    roles = {"sink": _sink, "source": _source, "echo": _echo, "client": _client}
+    asyncio.run(roles[role](args, ctl))
+
+
+async def until(cond: Callable[[], bool], ctl: Control, what: str | None = None) -> None:
+    """Poll *cond* without blocking the loop; stop at STOP; at the deadline raise
+    (if *what* is given) or return."""
+    while not cond():
+        if ctl.stop.is_set():
+            return
+        if ctl.deadline.expired():
+            if what:
+                raise BenchTimeout(f"timed out: {what}")
+            return
+        await asyncio.sleep(0.005)
+
+
+def _join_timeout(ctl: Control) -> float:
+    return max(1.0, min(30.0, ctl.deadline.left()))
+
+
+async def _sink(args: dict[str, Any], ctl: Control) -> None:
+    import zmesh
+
+    index = int(args.get("index", 0))
+    counter = SinkCounter(int(args["n"]), int(args["warmup"]), ctl)
+
+    def on_msg(msg: zmesh.Message) -> None:
+        counter.feed(decode(msg.payload)["type"])
+
+    async with zmesh.Node(args["mesh"], name=f"sink-{index}", **node_kwargs()) as node:
+        agent = node.agent(f"sink-{index}")
+        if args["workload"] == "fanout":
+            await agent.subscribe(FANOUT_TOPIC, on_msg)
+        else:
+            agent.add_handler(TOPIC, on_msg)
+        ctl.ready({"endpoint": node.endpoint, "agent": agent.id})
+        await until(lambda: counter.done, ctl)
+        counter.report()
+
+
+async def _source(args: dict[str, Any], ctl: Control) -> None:
+    import zmesh
+
+    sinks: list[dict[str, Any]] = args["sinks"]
+    seeds = [str(s["endpoint"]) for s in sinks]
+    async with zmesh.Node(args["mesh"], name="source", **node_kwargs(seeds)) as node:
+        src = node.agent("src")
+        await node.wait_for_agents(*(str(s["agent"]) for s in sinks), timeout=_join_timeout(ctl))
+        if args["workload"] == "fanout":
+            # broadcast counts (and reaches) only joined subscribers: wait for all of them
+            await until(
+                lambda: len(node.registry.subscribers(FANOUT_TOPIC)) >= len(sinks),
+                ctl,
+                f"{len(sinks)} subscribers of {FANOUT_TOPIC}",
+            )
+        ctl.ready()
+        sent = 0
+
+        if args["workload"] == "fanout":
+
+            async def send(frame: bytes) -> None:
+                nonlocal sent
+                await src.broadcast(FANOUT_TOPIC, frame)
+                sent += 1
+                if sent % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+
+        else:
+            target = str(sinks[0]["agent"])
+
+            async def send(frame: bytes) -> None:
+                nonlocal sent
+                await src.send(target, TOPIC, frame)
+                sent += 1
+                if sent % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+
+        await run_source_async(send, int(args["n"]), ctl)
+        await until(lambda: False, ctl)  # keep the loop (flushes, heartbeats) running until STOP
+
+
+async def _echo(args: dict[str, Any], ctl: Control) -> None:
+    import zmesh
+
+    seq = 0
+
+    def on_request(msg: zmesh.Message) -> bytes:
+        nonlocal seq
+        seq += 1
+        return make_reply(msg.payload, seq)
+
+    async with zmesh.Node(args["mesh"], name="echo", **node_kwargs()) as node:
+        agent = node.agent("echo")
+        agent.add_handler(TOPIC, on_request)
+        ctl.ready({"endpoint": node.endpoint, "agent": agent.id})
+        await until(lambda: False, ctl)
+
+
+async def _client(args: dict[str, Any], ctl: Control) -> None:
+    import zmesh
+
+    server: dict[str, Any] = args["server"]
+    target = str(server["agent"])
+    async with zmesh.Node(args["mesh"], name="client", **node_kwargs([str(server["endpoint"])])) as node:
+        client = node.agent("client")
+        await node.wait_for_agents(target, timeout=_join_timeout(ctl))
+
+        async def call(frame: bytes) -> bytes:
+            reply = await client.request(target, TOPIC, frame, timeout=5)
+            payload: bytes = reply.payload
+            return payload
+
+        await run_rtt_client_async(call, int(args["n"]), int(args["warmup"]), ctl)
