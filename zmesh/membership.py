@@ -165,12 +165,6 @@ class MembershipMixin(WireMixin):
             return
         peer.joined = True
         self._emit(self.registry.merge(peer.record))
-        # Introduce the newcomer to everyone else: nodes that joined through
-        # us at the same moment would otherwise never hear of each other.
-        introduction = self._hello_item(reply=False)
-        for other in self._peers.values():
-            if other is not peer and other.joined:
-                self._enqueue(other.node_id, introduction)
         self._enqueue(peer.node_id, codec.encode_item([codec.ACK, peer.record.seq]))
         if peer.acked_seq < self._seq:
             # Our record may have changed since our HELLO went out.
@@ -225,6 +219,7 @@ class MembershipMixin(WireMixin):
 
     def _tick(self) -> None:
         now = time.monotonic()
+        beat = False
         for peer in list(self._peers.values()):
             if peer.liveness is None:
                 continue
@@ -236,7 +231,18 @@ class MembershipMixin(WireMixin):
                 self._emit([MeshEvent("peer_evasive", peer.node_id)])
                 self._enqueue(peer.node_id, codec.encode_item([codec.PING, True]))
             elif "heartbeat" in actions:
-                self._enqueue(peer.node_id, codec.encode_item([codec.PING, False]))
+                if peer.joined:
+                    beat = True  # its SUB is attached: our one published beat reaches it
+                else:
+                    self._enqueue(peer.node_id, codec.encode_item([codec.PING, False]))
+        if beat:
+            # One empty publish frame is a heartbeat to every joined peer at
+            # once: idle cost per node stays O(1) sends, not O(N).
+            self.transport.publish(codec.join_pub_frame(self.id, self._seq, []))
+            self._stats["heartbeats_published"] += 1
+            for peer in self._peers.values():
+                if peer.joined and peer.liveness is not None:
+                    peer.liveness.sent(now)
         for seed in list(self._seeds.values()):
             if seed.answered or seed.refused:
                 continue

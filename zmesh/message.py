@@ -34,6 +34,10 @@ _PROCESS_TAG = os.urandom(5).hex()
 _counter = itertools.count()
 
 
+_prefix_ms = -1
+_prefix = ""
+
+
 def new_id() -> str:
     """Return a new unique id that sorts by creation time (millisecond resolution).
 
@@ -41,7 +45,11 @@ def new_id() -> str:
     per process, 6 hex digits of a per-process counter. Unique across processes
     and hosts without coordination; per-sender counters alone collide.
     """
-    return "%012x%s%06x" % (int(time.time() * 1000), _PROCESS_TAG, next(_counter) & 0xFFFFFF)
+    global _prefix_ms, _prefix
+    ms = int(time.time() * 1000)
+    if ms != _prefix_ms:  # the prefix changes at most once a millisecond
+        _prefix_ms, _prefix = ms, "%012x%s" % (ms, _PROCESS_TAG)
+    return _prefix + "%06x" % (next(_counter) & 0xFFFFFF)
 
 
 def check_options(priority: int, qos: int, ttl: float | None) -> None:

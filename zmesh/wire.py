@@ -72,8 +72,10 @@ class WireMixin(NodeState):
 
     def _flush_pub(self) -> None:
         items, self._pub_items, self._pub_size = self._pub_items, [], 0
-        self.transport.publish(codec.join_pub_frame(self.id, self._seq, items))
+        frame = codec.join_pub_frame(self.id, self._seq, items)
+        self.transport.publish(frame)
         self._stats["frames_published"] += 1
+        self._stats["bytes_published"] += len(frame)
 
     def _flush_one(self, node_id: str, items: list[bytes]) -> None:
         if not items:
@@ -88,6 +90,7 @@ class WireMixin(NodeState):
             return
         peer.link.send(frame)
         self._stats["frames_sent"] += 1
+        self._stats["bytes_sent"] += len(frame)
         if peer.liveness is not None:
             peer.liveness.sent(time.monotonic())
 
@@ -124,6 +127,7 @@ class WireMixin(NodeState):
 
     def on_direct_frame(self, key: str, frame: bytes) -> None:
         self._in_drain = True
+        self._stats["bytes_received"] += len(frame)
         self._handle_frame(key, frame)
 
     def on_drained(self) -> None:
@@ -175,6 +179,7 @@ class WireMixin(NodeState):
 
     def on_pub_frame(self, frame: bytes) -> None:
         self._in_drain = True
+        self._stats["bytes_received"] += len(frame)
         try:
             node_id, seq, items = codec.decode_pub_frame(frame, self.max_frame)
         except FrameError as exc:
