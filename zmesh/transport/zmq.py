@@ -35,6 +35,13 @@ _context: zmq.Context[Any] | None = None
 _context_users = 0
 _open_sockets = 0
 
+# Plain ints: pyzmq's flag enums cost microseconds per operation on the hot path.
+_NOBLOCK = int(zmq.NOBLOCK)
+_SNDMORE = int(zmq.SNDMORE)
+_POLLIN = int(zmq.POLLIN)
+_EVENTS = int(zmq.EVENTS)
+_RCVMORE = int(zmq.RCVMORE)
+
 _DRAIN_BUDGET = 1024
 _BACKLOG_LIMIT = 100_000
 _RETRY_DELAY = 0.002
@@ -125,7 +132,7 @@ class _ZmqLink:
             self._queue(frame)
             return
         try:
-            self._sock.send(frame, zmq.NOBLOCK, copy=len(frame) < 65536)
+            self._sock.send(frame, _NOBLOCK, copy=len(frame) < 65536)
         except zmq.Again:
             self._queue(frame)
         except zmq.ZMQError as exc:
@@ -146,7 +153,7 @@ class _ZmqLink:
             return
         while self._backlog:
             try:
-                self._sock.send(self._backlog[0], zmq.NOBLOCK)
+                self._sock.send(self._backlog[0], _NOBLOCK)
             except zmq.Again:
                 break
             except zmq.ZMQError as exc:
@@ -315,12 +322,12 @@ class ZmqTransport(Transport):
         if xpub is None:
             return
         try:
-            xpub.send(b"M", zmq.NOBLOCK | zmq.SNDMORE)
-            xpub.send(frame, zmq.NOBLOCK, copy=len(frame) < 65536)
+            xpub.send(b"M", _NOBLOCK | _SNDMORE)
+            xpub.send(frame, _NOBLOCK, copy=len(frame) < 65536)
         except zmq.ZMQError as exc:
             self._drop("publish_failed", exc.strerror)
         # Sending may have consumed the edge that announces new subscriptions.
-        if int(xpub.getsockopt(zmq.EVENTS)) & zmq.POLLIN and self._loop is not None:
+        if xpub.getsockopt(_EVENTS) & _POLLIN and self._loop is not None:  # type: ignore[operator]
             self._loop.call_soon(self._drain_xpub)
 
     # -- receiving -------------------------------------------------------
@@ -359,12 +366,15 @@ class ZmqTransport(Transport):
         host = self._host
         if sock is None or host is None or sock.closed:
             return
-        recv, events = sock.recv_multipart, sock.getsockopt
+        recv, opt = sock.recv, sock.getsockopt
         try:
             for _ in range(_DRAIN_BUDGET):
-                if not int(events(zmq.EVENTS)) & zmq.POLLIN:
+                if not opt(_EVENTS) & _POLLIN:  # type: ignore[operator]
                     break
-                handle(recv(zmq.NOBLOCK))
+                parts = [recv(_NOBLOCK)]
+                while opt(_RCVMORE):
+                    parts.append(recv(_NOBLOCK))
+                handle(parts)
             else:
                 self._reschedule(again)
         except zmq.Again:
@@ -380,7 +390,7 @@ class ZmqTransport(Transport):
             return
         for _ in range(_DRAIN_BUDGET):
             try:
-                data: bytes = sock.recv(zmq.NOBLOCK)
+                data: bytes = sock.recv(_NOBLOCK)
             except zmq.Again:
                 return
             except zmq.ZMQError as exc:
