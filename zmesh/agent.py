@@ -22,6 +22,7 @@ HandoffHandler = Callable[["Handoff"], Union[bool, Awaitable[bool]]]
 H = TypeVar("H", bound=Callable[..., Any])
 
 _MAX_TOPIC = 1024
+_OWN_ID = "\x00own-id"  # sentinel: correlate by the message's own id
 _SENDABLE_TYPES = frozenset(t for t in MESSAGE_TYPES if t != "result")
 
 
@@ -149,6 +150,8 @@ class Agent:
             qos,
             ttl,
         )
+        if correlation_id is _OWN_ID:  # a new request: its own (unique) id pairs the reply
+            msg.correlation_id = msg.id
         self.node._stamp(msg, trace_id)
         return msg
 
@@ -192,7 +195,7 @@ class Agent:
         seconds, NoHandler, HandlerError (at once, with the remote error),
         AgentNotRegistered, or PeerLost if the target's node goes away.
         """
-        msg = self._message(target, topic, payload, type, priority, qos, ttl, trace_id, new_id())
+        msg = self._message(target, topic, payload, type, priority, qos, ttl, trace_id, _OWN_ID)
         return await self.node._request(msg, timeout, "request")
 
     async def delegate(
@@ -289,7 +292,7 @@ class Agent:
             0,
             None,
             None,
-            new_id(),
+            _OWN_ID,
         )
         started = self.node.clock.monotonic()
         reply = await self.node._request(msg, timeout, "handoff")

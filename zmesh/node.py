@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import heapq
 import logging
+import math
 import os
 import socket
 import time
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Sequen
 import msgpack
 
 from . import codec
-from .clock import Clock, SystemClock
+from .clock import Clock, SystemClock, TimerHandle
 from .codec import FrameError
 from .deadletters import DeadLetter, DeadLetters
 from .errors import (
@@ -161,6 +163,10 @@ class Node(MembershipMixin):
         self._stats: Counter[str] = Counter()
         self._dropped: Counter[str] = Counter()
         self._seq = 0
+        self._call_later: Callable[..., TimerHandle] = self.clock.call_later
+        self._deadlines: list[tuple[float, int, Pending]] = []
+        self._deadline_timer: TimerHandle | None = None
+        self._deadline_at = math.inf
         self._pack = msgpack.Packer().pack  # a node is used from one thread
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -189,6 +195,10 @@ class Node(MembershipMixin):
         if self._closed:
             raise NodeClosed("a closed node cannot be restarted; create a new Node")
         self._loop = asyncio.get_running_loop()
+        # The system clock's timers are the loop's own; skip the indirection.
+        self._call_later = (
+            self._loop.call_later if isinstance(self.clock, SystemClock) else self.clock.call_later
+        )
         self._started = True
         try:
             await self.transport.start(self, self.key, self.mesh, self._loop)
@@ -223,9 +233,11 @@ class Node(MembershipMixin):
             bye = codec.join_frame([codec.encode_item([codec.BYE, "closed"])])
             for peer in self._peers.values():
                 peer.link.send(bye)
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        self._deadlines.clear()
         for key, pending in list(self._pending.items()):
             self._pending.pop(key, None)
-            pending.timer.cancel()
             if not pending.future.done():
                 pending.future.set_exception(NodeClosed("the node was closed"))
         for task in list(self._tasks):
@@ -620,8 +632,9 @@ class Node(MembershipMixin):
         self._send(msg, dead_letter=False)
 
     async def _request(self, msg: Message, timeout: float, kind: str) -> Message:
-        self._check_open()
-        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+        if self._closed:
+            raise NodeClosed(f"node {self.id!r} is closed")
+        if (timeout.__class__ is not float and timeout.__class__ is not int) or not timeout > 0:
             raise InvalidMessage(f"timeout must be a positive number of seconds, got {timeout!r}")
         started = self.clock.monotonic()
         route = self._route(msg.target)
@@ -635,9 +648,10 @@ class Node(MembershipMixin):
         item = codec.encode_message(msg, self.max_payload, self._pack)
         assert self._loop is not None
         future: asyncio.Future[Message] = self._loop.create_future()
-        timer = self.clock.call_later(timeout, self._on_timeout, key)
         node_id = self.id if route == LOCAL else route
-        self._pending[key] = Pending(future, node_id, timer, msg, started, kind)
+        pending = Pending(future, node_id, started + timeout, msg, started, kind)
+        self._pending[key] = pending
+        self._arm_deadline(pending)
         self._enqueue(route, item)
         self._stats["requests_sent"] += 1
         try:
@@ -656,27 +670,56 @@ class Node(MembershipMixin):
             self._receipt(kind, "failure", started, msg, type(exc).__name__)
             raise
         finally:
-            timer.cancel()
-            if self._pending.get(key) is not None and self._pending[key].future is future:
+            if self._pending.get(key) is pending:
                 del self._pending[key]
         status = reply.status
         if status == "ok":
-            self._receipt(kind, "success", started, msg)
+            if self._observers:
+                self._receipt(kind, "success", started, msg)
             return reply
         error = _reply_error(reply)
         outcome = {"not_found": "not_found", "expired": "timeout"}.get(status, "failure")
         self._receipt(kind, outcome, started, msg, type(error).__name__)
         raise error
 
-    def _on_timeout(self, key: tuple[str, str]) -> None:
-        pending = self._pending.get(key)
-        if pending is not None and not pending.future.done():
-            pending.future.set_exception(
-                Timeout(
-                    f"no reply from {pending.message.target!r} to {pending.message.topic!r} "
-                    f"within the timeout"
-                )
+    def _arm_deadline(self, pending: Pending) -> None:
+        """Track a request's deadline in one heap served by a single timer.
+
+        Cheaper than a timer per request; entries of answered requests stay
+        in the heap until their deadline (or a compaction) drops them.
+        """
+        heap = self._deadlines
+        if len(heap) > 1024 and len(heap) > 4 * len(self._pending):
+            heap[:] = [(p.deadline, id(p), p) for p in self._pending.values() if p is not pending]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (pending.deadline, id(pending), pending))
+        if pending.deadline < self._deadline_at:
+            if self._deadline_timer is not None:
+                self._deadline_timer.cancel()
+            self._deadline_at = pending.deadline
+            self._deadline_timer = self._call_later(
+                max(0.0, pending.deadline - self.clock.monotonic()), self._expire_requests
             )
+
+    def _expire_requests(self) -> None:
+        self._deadline_timer = None
+        self._deadline_at = math.inf
+        now = self.clock.monotonic()
+        heap = self._deadlines
+        while heap and heap[0][0] <= now + 1e-9:
+            _, _, pending = heapq.heappop(heap)
+            if not pending.future.done():
+                pending.future.set_exception(
+                    Timeout(
+                        f"no reply from {pending.message.target!r} to {pending.message.topic!r} "
+                        f"within the timeout"
+                    )
+                )
+        while heap and heap[0][2].future.done():
+            heapq.heappop(heap)  # answered already: no reason to wake up for it
+        if heap and not self._closed:
+            self._deadline_at = heap[0][0]
+            self._deadline_timer = self._call_later(max(0.0, heap[0][0] - now), self._expire_requests)
 
     def _broadcast(self, msg: Message) -> int:
         self._check_open()

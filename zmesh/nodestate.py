@@ -13,7 +13,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
-from .clock import TimerHandle
 from .liveness import LivenessConfig, PeerLiveness
 from .message import Message
 from .registry import MeshEvent, NodeRecord, Registry
@@ -50,7 +49,7 @@ class Peer:
 class Pending:
     future: asyncio.Future[Message]
     node_id: str
-    timer: TimerHandle
+    deadline: float  # on the node's clock (monotonic)
     message: Message
     started: float
     kind: str

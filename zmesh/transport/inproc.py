@@ -36,7 +36,7 @@ class _InprocLink:
         target = _routers.get(self._endpoint)
         if target is None:
             return  # like TCP to a closed port: the peer's liveness notices
-        target._schedule(target._host_direct, self._owner._key, frame)
+        target._schedule(self._owner._loop, target._host_direct, self._owner._key, frame)
 
     def close(self) -> None:
         self._closed = True
@@ -70,19 +70,18 @@ class InprocTransport(Transport):
             _pubs[self.pub_endpoint] = self
             _meshes.setdefault(mesh, set()).add(self)
         for other in others:  # the hub is this transport's discovery
-            self._schedule(host.on_discovered, other.router_endpoint)
+            self._schedule(loop, host.on_discovered, other.router_endpoint)
 
-    def _schedule(self, fn: Callable[..., object], *args: object) -> None:
+    def _schedule(
+        self, origin: asyncio.AbstractEventLoop | None, fn: Callable[..., object], *args: object
+    ) -> None:
+        """Run ``fn(*args)`` on this transport's loop, soon; ``origin`` is the caller's loop."""
         loop = self._loop
-        if loop is None or self._closed or loop.is_closed():
+        if loop is None or self._closed:
             return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
+        if origin is loop:
             loop.call_soon(fn, *args)
-        else:
+        elif not loop.is_closed():
             loop.call_soon_threadsafe(fn, *args)
 
     def _host_direct(self, key: str, frame: bytes) -> None:
@@ -112,7 +111,7 @@ class InprocTransport(Transport):
             return
         self._subscribed.add(pub_endpoint)
         publisher._subscribers.add(self)
-        publisher._schedule(publisher._host_ready, self._key)
+        publisher._schedule(self._loop, publisher._host_ready, self._key)
 
     def unsubscribe(self, pub_endpoint: str) -> None:
         self._subscribed.discard(pub_endpoint)
@@ -122,7 +121,7 @@ class InprocTransport(Transport):
 
     def publish(self, frame: bytes) -> None:
         for sub in list(self._subscribers):
-            sub._schedule(sub._host_pub, frame)
+            sub._schedule(self._loop, sub._host_pub, frame)
 
     async def close(self) -> None:
         if self._closed:
