@@ -14,7 +14,7 @@ from .errors import PeerLost
 from .liveness import PeerLiveness
 from .nodestate import DISCOVERED_PATIENCE, LOST_PATIENCE, SEED_RETRY_MAX, Peer, Seed
 from .registry import MeshEvent, NodeRecord, parse_record
-from .transport.base import Link
+from .transport.base import Link, endpoint_host, is_loopback_endpoint
 from .wire import MAX_LOGGED_DROPS, WireMixin
 
 __all__ = ["MembershipMixin"]
@@ -37,16 +37,17 @@ class MembershipMixin(WireMixin):
         self._check_open()
         self._connect(endpoint, discovered=False)
 
-    def _connect(self, endpoint: str, discovered: bool, patience: float = DISCOVERED_PATIENCE) -> None:
+    def _connect(self, endpoint: str, discovered: bool, patience: float = DISCOVERED_PATIENCE) -> Seed | None:
         if endpoint in self._seeds or endpoint in self.transport.router_endpoints:
-            return
+            return None
         if any(endpoint in p.record.routers or p.router == endpoint for p in self._peers.values()):
-            return
+            return None
         seed = Seed(endpoint, self.transport.open_link(endpoint))
         if discovered:
             seed.give_up_at = time.monotonic() + patience
         self._seeds[endpoint] = seed
         self._send_hello(seed.link, reply=True)
+        return seed
 
     def on_discovered(self, router_endpoint: str) -> None:
         """Transport or discovery callback: a member may live at this endpoint."""
@@ -90,6 +91,9 @@ class MembershipMixin(WireMixin):
             self._accept_record(peer, record)
         if item[3]:
             self._send_hello(peer.link, reply=False)
+        # 127.x in the sender's list means the sender's host: only usable when
+        # that is our host too (we reach the sender itself over loopback).
+        same_host = is_loopback_endpoint(peer.router)
         for entry in item[2]:
             if entry.__class__ is not list or len(entry) != 2 or entry[0].__class__ is not str:
                 raise FrameError("malformed", "hello peer list")
@@ -98,17 +102,31 @@ class MembershipMixin(WireMixin):
                 routers = [routers]
             if routers.__class__ is not list or not routers or any(r.__class__ is not str for r in routers):
                 raise FrameError("malformed", "hello peer list")
-            if node_id != self.id and node_id not in self._peers:
-                self._connect(self.transport.choose(tuple(routers[:64])), discovered=True)
+            if node_id == self.id or node_id in self._peers:
+                continue
+            usable = tuple(r for r in routers[:64] if same_host or not is_loopback_endpoint(r))
+            endpoint = self.transport.choose(usable)
+            if endpoint is not None:
+                self._connect(endpoint, discovered=True)
 
     def _add_peer(self, record: NodeRecord, key: str) -> Peer:
-        router = self.transport.choose(record.routers or (record.router,))
-        pub = self.transport.choose(record.pubs or (record.pub,))
         existing_seed = next((sd for sd in self._seeds.values() if sd.endpoint in record.routers), None)
+        if existing_seed is not None:
+            router: str | None = existing_seed.endpoint
+            same = [p for p in record.pubs if endpoint_host(p) == endpoint_host(existing_seed.endpoint)]
+            pub = same[0] if same else self.transport.choose(record.pubs)
+        else:
+            router = self.transport.choose(record.routers)
+            pub = self.transport.choose(record.pubs)
+        if router is None or pub is None:
+            raise FrameError("unreachable", f"no endpoint of {record.node_id!r} is reachable from here")
+        for seed in [sd for sd in self._seeds.values() if sd.node_id == record.node_id]:
+            if seed is not existing_seed:  # knocking on an old incarnation's address
+                seed.link.close()
+                del self._seeds[seed.endpoint]
         if existing_seed is not None:
             del self._seeds[existing_seed.endpoint]
             link = existing_seed.link
-            router = existing_seed.endpoint
         else:
             link = self.transport.open_link(router)
         liveness = (
@@ -173,8 +191,12 @@ class MembershipMixin(WireMixin):
     def _refuse(self, record: NodeRecord, reason: str) -> None:
         self._drop("refused", record.node_id, f"refused node {record.node_id!r}: {reason}")
         self._emit([MeshEvent("peer_refused", record.node_id, detail=reason)])
-        link = self.transport.open_link(self.transport.choose(record.routers or (record.router,)))
-        link.send(codec.join_frame([codec.encode_item([codec.REFUSE, reason, self.id])]))
+        endpoint = self.transport.choose(record.routers)
+        if endpoint is None:
+            return
+        link = self.transport.open_link(endpoint)
+        refusal = [codec.REFUSE, reason, self.id, list(self.transport.router_endpoints)]
+        link.send(codec.join_frame([codec.encode_item(refusal)]))
         link.close()
 
     def _remove_peer(self, node_id: str, why: str) -> None:
@@ -189,10 +211,12 @@ class MembershipMixin(WireMixin):
         self._emit(self.registry.remove(node_id, why))
         self._wake_settle_waiters()
         log.info("zmesh %s: peer %s left (%s)", self.id, node_id, why)
-        if why == "expired" and not self._closed:
+        if why == "expired" and peer.joined and not self._closed:
             # Silence may be a cut link, not a death: keep knocking (with
             # backoff) so the peer rejoins when the link comes back.
-            self._connect(peer.router, discovered=True, patience=LOST_PATIENCE)
+            seed = self._connect(peer.router, discovered=True, patience=LOST_PATIENCE)
+            if seed is not None:
+                seed.node_id = node_id
             refresh = getattr(self._discovery, "refresh", None)
             if refresh is not None and self._loop is not None:
                 task = self._loop.create_task(refresh())
@@ -228,7 +252,8 @@ class MembershipMixin(WireMixin):
                 self._remove_peer(peer.node_id, "expired")
                 continue
             if "ping" in actions:
-                self._emit([MeshEvent("peer_evasive", peer.node_id)])
+                if peer.joined:
+                    self._emit([MeshEvent("peer_evasive", peer.node_id)])
                 self._enqueue(peer.node_id, codec.encode_item([codec.PING, True]))
             elif "heartbeat" in actions:
                 if peer.joined:
@@ -284,10 +309,19 @@ class MembershipMixin(WireMixin):
             raise FrameError("unknown_item", str(kind))
 
     def _on_refuse(self, key: str, item: list[Any]) -> None:
-        if len(item) != 3 or item[1].__class__ is not str or item[2].__class__ is not str:
+        if (
+            len(item) not in (3, 4)
+            or item[1].__class__ is not str
+            or item[2].__class__ is not str
+            or (len(item) == 4 and item[3].__class__ is not list)
+        ):
             raise FrameError("malformed", "refuse")
-        for seed in self._seeds.values():
-            if not seed.answered:
-                seed.refused = item[1]
-        log.error("zmesh %s: refused by node %r: %s", self.id, item[2], item[1])
+        endpoints = item[3] if len(item) == 4 else []
+        waiting = [seed for seed in self._seeds.values() if not seed.answered and not seed.refused]
+        matched = [seed for seed in waiting if seed.endpoint in endpoints]
+        for seed in matched or waiting:  # a seed spelled differently: stop all that wait
+            seed.refused = item[1]
+        if (item[2], "refused_us") not in self._logged_drops:
+            self._logged_drops.add((item[2], "refused_us"))
+            log.error("zmesh %s: refused by node %r: %s", self.id, item[2], item[1])
         self._emit([MeshEvent("peer_refused", item[2], detail=item[1])])

@@ -64,6 +64,7 @@ class Seed:
     next_try: float = field(default=0.0)
     give_up_at: float = 0.0  # discovered endpoints are not retried forever
     interval: float = SEED_RETRY
+    node_id: str = ""  # set when knocking on a lost peer's address
 
 
 

@@ -19,7 +19,16 @@ import asyncio
 from abc import ABC, abstractmethod
 from typing import Protocol
 
-__all__ = ["Link", "TransportHost", "Transport"]
+__all__ = ["Link", "TransportHost", "Transport", "endpoint_host"]
+
+
+def endpoint_host(endpoint: str) -> str:
+    """``tcp://10.0.0.2:5555`` -> ``10.0.0.2`` (the part between scheme and port)."""
+    return endpoint.split("://", 1)[-1].rsplit(":", 1)[0]
+
+
+def is_loopback_endpoint(endpoint: str) -> bool:
+    return endpoint_host(endpoint).startswith("127.")
 
 
 class Link(Protocol):
@@ -71,9 +80,9 @@ class Transport(ABC):
     def pub_endpoints(self) -> tuple[str, ...]:
         return (self.pub_endpoint,)
 
-    def choose(self, endpoints: tuple[str, ...]) -> str:
-        """Of a peer's endpoints, the one to use from here."""
-        return endpoints[0]
+    def choose(self, endpoints: tuple[str, ...]) -> str | None:
+        """Of a peer's endpoints, the one to dial from here (None: none may be)."""
+        return endpoints[0] if endpoints else None
 
     @abstractmethod
     def open_link(self, router_endpoint: str) -> Link: ...

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 import zmq
 
 from ..errors import TransportError
-from .base import Transport, TransportHost
+from .base import Transport, TransportHost, endpoint_host
 
 __all__ = ["ZmqTransport", "open_sockets", "map_zmq_errors"]
 
@@ -250,15 +250,29 @@ class ZmqTransport(Transport):
         port = self.pub_endpoint.rsplit(":", 1)[1]
         return tuple(f"tcp://{address}:{port}" for address in self.addresses)
 
-    def choose(self, endpoints: tuple[str, ...]) -> str:
-        """The peer endpoint on a network we share (never 127.x from the LAN)."""
-        if self.scope is None or len(endpoints) < 2:
+    def choose(self, endpoints: tuple[str, ...]) -> str | None:
+        """The peer endpoint to dial from our interface scope, or None.
+
+        An address on a network we share comes first. A local-only node never
+        leaves the host; a LAN node never dials 127.x unless its own scope
+        includes loopback. Failing a shared network, a LAN node may still try
+        a non-loopback address (a routed network).
+        """
+        if not endpoints:
+            return None
+        if self.scope is None:
             return endpoints[0]
         from ..interfaces import rank_reachable
 
-        hosts = {e.rsplit(":", 1)[0].removeprefix("tcp://"): e for e in endpoints}
+        hosts: dict[str, str] = {}
+        for endpoint in endpoints:
+            hosts.setdefault(endpoint_host(endpoint), endpoint)
         ranked = rank_reachable(list(hosts), self.scope)
-        return hosts[ranked[0]] if ranked else endpoints[0]
+        if ranked:
+            return hosts[ranked[0]]
+        if self.scope.is_local:
+            return None
+        return next((e for h, e in hosts.items() if not h.startswith("127.")), None)
 
     def _resolve_addresses(self) -> tuple[str, ...]:
         try:
