@@ -113,6 +113,10 @@ async def _role(role: str, seed: str, mesh: str) -> None:
             def accept(h: Any) -> bool:
                 return True
 
+        @me.on("mesh.view")
+        def view(msg: Message) -> Any:
+            return {"agents": sorted(node.registry.agents()), "subscribers": len(node.registry.subscribers("findings.new"))}
+
         @me.on("status")
         def status(msg: Message) -> Any:
             return {"tasks": sorted(me.tasks), "findings": state["findings"], "notes": state["notes"]}
@@ -144,6 +148,21 @@ def _check(condition: bool, what: str) -> None:
         raise DemoFailed(what)
 
 
+async def _converged(node: Node, console: Any, roles: tuple[str, ...]) -> None:
+    """Wait until every agent process sees every agent (and the writer's subscription)."""
+    everyone = sorted(("console",) + roles)
+    deadline = time.monotonic() + 15
+    pending = list(roles)
+    while pending:
+        view = (await console.request(pending[0], "mesh.view", timeout=5)).payload
+        if view["agents"] == everyone and view["subscribers"] >= 1:
+            pending.pop(0)
+        elif time.monotonic() > deadline:
+            raise DemoFailed(f"{pending[0]} never saw the whole mesh: {view}")
+        else:
+            await asyncio.sleep(0.02)  # poll again shortly
+
+
 async def _timed(call: Callable[[], Any]) -> tuple[Any, float]:
     started = time.perf_counter()
     result = await call()
@@ -173,6 +192,7 @@ async def _demo(out: TextIO) -> None:
                 spawn(role, node.endpoint)
             say.say("started 3 agent processes: " + ", ".join(f"{r} (pid {p.pid})" for r, p in procs.items()))
             await node.wait_for_agents("planner", "researcher", "writer", timeout=15)
+            await _converged(node, console, ("planner", "researcher", "writer"))
             say.say(f"they found each other: {len(node.registry.nodes())} nodes, agents "
                     f"{sorted(node.registry.agents())}; no broker, no leader")
 
