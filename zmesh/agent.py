@@ -231,21 +231,7 @@ class Agent:
         self._reply_now(request, payload)
 
     def _reply_now(self, request: Message, payload: Any) -> None:
-        reply = Message(
-            "result",
-            self.id,
-            request.reply_to or request.sender,
-            request.topic,
-            payload,
-            request.correlation_id,
-            "",
-            request.priority,
-            request.qos,
-            None,
-            self.node.clock.time(),
-            request.trace_id,
-        )
-        self.node._send_reply(reply)
+        self.node._reply_status(request, "ok", payload)
 
     # -- handoff ---------------------------------------------------------
 

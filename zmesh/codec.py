@@ -142,18 +142,19 @@ def join_pub_frame(node_id: str, seq: int, items: list[bytes]) -> bytes:
     )
 
 
-def _unpack(data: bytes, max_bytes: int) -> list[Any]:
+def _unpack(data: bytes, max_bytes: int, header: int) -> list[Any]:
+    """Decode a frame whose first ``header`` elements precede the items."""
     if len(data) > max_bytes:
         raise FrameError("oversized", f"{len(data)} bytes")
     try:
         frame = _unpackb(data, raw=False, strict_map_key=False, use_list=True)
     except Exception as exc:  # msgpack raises many types on garbage
         raise FrameError("malformed", type(exc).__name__) from None
-    if frame.__class__ is not list or not frame:
-        raise FrameError("malformed", "not an array")
+    if frame.__class__ is not list or len(frame) < header:
+        raise FrameError("malformed", "not a frame")
     if frame[0] != PROTOCOL_VERSION:
         raise FrameError("unknown_version", repr(frame[0])[:40])
-    for item in frame[1:]:
+    for item in frame[header:]:
         if item.__class__ is not list or not item or item[0].__class__ is not int:
             raise FrameError("malformed", "bad item")
     return frame
@@ -161,32 +162,15 @@ def _unpack(data: bytes, max_bytes: int) -> list[Any]:
 
 def decode_frame(data: bytes, max_bytes: int) -> list[list[Any]]:
     """Decode a direct frame into its items; raise FrameError if unusable."""
-    return _unpack(data, max_bytes)[1:]
+    return _unpack(data, max_bytes, 1)[1:]
 
 
 def decode_pub_frame(data: bytes, max_bytes: int) -> tuple[str, int, list[list[Any]]]:
     """Decode a publish frame into (node_id, record_seq, items)."""
-    frame = _unpack_pub(data, max_bytes)
-    return frame[1], frame[2], frame[3:]
-
-
-def _unpack_pub(data: bytes, max_bytes: int) -> list[Any]:
-    if len(data) > max_bytes:
-        raise FrameError("oversized", f"{len(data)} bytes")
-    try:
-        frame = _unpackb(data, raw=False, strict_map_key=False, use_list=True)
-    except Exception as exc:
-        raise FrameError("malformed", type(exc).__name__) from None
-    if frame.__class__ is not list or len(frame) < 3:
-        raise FrameError("malformed", "not a publish frame")
-    if frame[0] != PROTOCOL_VERSION:
-        raise FrameError("unknown_version", repr(frame[0])[:40])
+    frame = _unpack(data, max_bytes, 3)
     if frame[1].__class__ is not str or frame[2].__class__ is not int:
         raise FrameError("malformed", "bad publish header")
-    for item in frame[3:]:
-        if item.__class__ is not list or not item or item[0].__class__ is not int:
-            raise FrameError("malformed", "bad item")
-    return frame
+    return frame[1], frame[2], frame[3:]
 
 
 def message_from_item(item: list[Any]) -> Message:
