@@ -155,3 +155,14 @@ async def test_oversized_payload_is_refused_at_the_caller_and_a_node_survives_a_
         for i in range(20_000):
             await a.send("b", "echo", i)
         await _still_serves(m, a)
+
+
+async def test_a_malformed_seed_endpoint_is_a_clear_error_at_once() -> None:
+    for bad in ("localhost:5555", "tcp://127.0.0.1", "tcp://127.0.0.1:99999", "udp://x:1", ""):
+        with pytest.raises(zmesh.TransportError, match="bad endpoint"):
+            zmesh.Node("m", seeds=[bad], discovery=False)
+    async with Mesh("zmq") as m:
+        node = await m.node()
+        with pytest.raises(zmesh.TransportError, match="expected tcp://HOST:PORT"):
+            node.connect("127.0.0.1:5555")
+        assert node.stats()["dropped_total"] == 0

@@ -33,8 +33,12 @@ class MembershipMixin(WireMixin):
                 self.connect(endpoint)
 
     def connect(self, endpoint: str) -> None:
-        """Join the mesh through a member's router endpoint (a seed)."""
+        """Join the mesh through a member's router endpoint (a seed).
+
+        Raises TransportError at once for an endpoint that cannot be one.
+        """
         self._check_open()
+        self.transport.check_endpoint(endpoint)
         self._connect(endpoint, discovered=False)
 
     def _connect(self, endpoint: str, discovered: bool, patience: float = DISCOVERED_PATIENCE) -> Seed | None:

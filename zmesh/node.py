@@ -142,7 +142,9 @@ class Node(MembershipMixin):
         self.transport = _make_transport(transport, interfaces)
         self.registry = Registry(self.id)
         self.dead_letters = DeadLetters(dead_letter_capacity, self._redeliver)
-        self._seed_endpoints = list(seeds)
+        self._seed_endpoints = [seeds] if isinstance(seeds, str) else list(seeds)
+        for endpoint in self._seed_endpoints:
+            self.transport.check_endpoint(endpoint)  # a typo fails here, not silently later
         self._agents: dict[str, Agent] = {}
         self._peers: dict[str, Peer] = {}
         self._peers_by_key: dict[str, Peer] = {}
@@ -255,7 +257,9 @@ class Node(MembershipMixin):
         self._peers_by_key.clear()
         if self._started:
             await self.transport.close()
-        for queue in self._event_queues:
+        for queue in self._event_queues:  # ends every events() iterator
+            if queue.full():
+                queue.get_nowait()
             queue.put_nowait(MeshEvent("peer_left", self.id, detail="closed"))
 
     @property

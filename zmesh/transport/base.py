@@ -84,6 +84,9 @@ class Transport(ABC):
         """Of a peer's endpoints, the one to dial from here (None: none may be)."""
         return endpoints[0] if endpoints else None
 
+    def check_endpoint(self, endpoint: str) -> None:
+        """Raise TransportError if ``endpoint`` cannot be an endpoint of this transport."""
+
     @abstractmethod
     def open_link(self, router_endpoint: str) -> Link: ...
 

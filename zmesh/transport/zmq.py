@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import threading
 from collections import deque
 from typing import Any, Callable, Iterator, Sequence
@@ -41,6 +42,8 @@ _SNDMORE = int(zmq.SNDMORE)
 _POLLIN = int(zmq.POLLIN)
 _EVENTS = int(zmq.EVENTS)
 _RCVMORE = int(zmq.RCVMORE)
+
+_ENDPOINT = re.compile(r"^tcp://[A-Za-z0-9.\-]+:[0-9]{1,5}$")
 
 _DRAIN_BUDGET = 1024
 _BACKLOG_LIMIT = 100_000
@@ -308,6 +311,15 @@ class ZmqTransport(Transport):
         return await start_mdns(node, self)
 
     # -- links and subscriptions -------------------------------------------
+
+    def check_endpoint(self, endpoint: str) -> None:
+        if not isinstance(endpoint, str) or not _ENDPOINT.match(endpoint):
+            raise TransportError(
+                f"bad endpoint {endpoint!r}: expected tcp://HOST:PORT, e.g. tcp://127.0.0.1:5555"
+            )
+        port = int(endpoint.rsplit(":", 1)[1])
+        if not 0 < port < 65536:
+            raise TransportError(f"bad endpoint {endpoint!r}: port {port} is out of range")
 
     def open_link(self, router_endpoint: str) -> _ZmqLink:
         link = _ZmqLink(self, router_endpoint)
