@@ -21,6 +21,7 @@ import pytest
 from zeroconf import ServiceInfo
 from zeroconf.asyncio import AsyncZeroconf
 
+from tests.helpers import wait_for as until
 from zmesh.discovery import MdnsDiscovery, PeerAdvert, instance_label
 from zmesh.interfaces import InterfaceScope, resolve_interfaces
 
@@ -38,15 +39,6 @@ def run(coro: Awaitable[T], deadline: float = 20.0) -> T:
         return await asyncio.wait_for(coro, deadline)
 
     return asyncio.run(bounded())
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def unique_mesh() -> str:
