@@ -18,6 +18,8 @@ import pytest
 
 os.environ["ZMESH_INTERFACES"] = "127.0.0.1"
 
+pytest_plugins = ["tests.netns"]  # the netns_lab fixture
+
 ASYNC_TEST_TIMEOUT = 30.0
 
 

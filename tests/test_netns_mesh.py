@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from tests.netns import Child, Host, NetnsLab, netns_lab  # noqa: F401  (fixture)
+from tests.netns import Child, Host, NetnsLab
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(60)]
 
