@@ -43,3 +43,12 @@ async def test_bad_interfaces_setting_is_a_clear_error() -> None:
     with pytest.raises(zmesh.TransportError, match="interfaces"):
         async with zmesh.Node("x", interfaces="no-such-interface0"):
             pass
+
+
+async def test_a_seed_spelled_localhost_is_recognised_once_answered() -> None:
+    mesh = f"seed-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+    async with zmesh.Node(mesh, discovery=False) as n1:
+        port = n1.endpoint.rsplit(":", 1)[1]
+        async with zmesh.Node(mesh, discovery=False, seeds=[f"tcp://localhost:{port}"]) as n2:
+            await n2.wait_until(lambda: n2.peers == [n1.id], 5, "join")
+            assert n2._seeds == {}  # the seed became the peer's link; no HELLOs retried

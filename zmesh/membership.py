@@ -39,7 +39,9 @@ class MembershipMixin(WireMixin):
         """
         self._check_open()
         self.transport.check_endpoint(endpoint)
-        self._connect(endpoint, discovered=False)
+        # Peers advertise addresses; spelled that way, the seed is recognised
+        # as answered when its node's HELLO lists the same endpoint.
+        self._connect(endpoint.replace("://localhost:", "://127.0.0.1:"), discovered=False)
 
     def _connect(self, endpoint: str, discovered: bool, patience: float = DISCOVERED_PATIENCE) -> Seed | None:
         if endpoint in self._seeds or endpoint in self.transport.router_endpoints:
