@@ -80,7 +80,7 @@ def _release_context() -> None:
         _context_users -= 1
         if _context_users == 0 and _context is not None:
             ctx, _context = _context, None
-            ctx.term()
+            ctx.destroy(linger=_BYE_LINGER_MS)  # bounded: a leaked socket cannot hang close()
 
 
 def _socket(ctx: zmq.Context[Any], kind: int) -> zmq.Socket[Any]:
