@@ -230,7 +230,7 @@ class MembershipMixin(WireMixin):
                 task.add_done_callback(self._tasks.discard)
 
     def _fail_pending_to(self, node_id: str, why: str) -> None:
-        for key, pending in list(self._pending.items()):
+        for pending in list(self._pending.values()):
             if pending.node_id == node_id and not pending.future.done():
                 pending.future.set_exception(PeerLost(f"{why} before replying"))
 

@@ -84,8 +84,11 @@ class Transport(ABC):
         """Of a peer's endpoints, the one to dial from here (None: none may be)."""
         return endpoints[0] if endpoints else None
 
-    def check_endpoint(self, endpoint: str) -> None:
-        """Raise TransportError if ``endpoint`` cannot be an endpoint of this transport."""
+    def check_endpoint(self, endpoint: str) -> None:  # noqa: B027 - optional hook
+        """Raise TransportError if ``endpoint`` cannot be an endpoint of this transport.
+
+        The default accepts anything (in-process endpoints are opaque names).
+        """
 
     @abstractmethod
     def open_link(self, router_endpoint: str) -> Link: ...
