@@ -157,22 +157,29 @@ class MembershipMixin(WireMixin):
     def _replace_incarnation(self, peer: Peer, record: NodeRecord) -> None:
         """A node came back under the same name: drop the old one quietly."""
         log.info("zmesh %s: node %s restarted", self.id, peer.node_id)
-        self._fail_pending_to(peer.node_id, f"node {peer.node_id!r} restarted")
+        self._detach(peer, "restarted")
+        # The old record stays in the registry until the new incarnation joins,
+        # which then replaces it in one step (peer_restarted, no leave/join storm).
+
+    def _detach(self, peer: Peer, why: str) -> None:
+        """Forget a peer's connection: links, queued items, pending requests."""
         self._peers.pop(peer.node_id, None)
         self._peers_by_key.pop(peer.key, None)
         self._outbox.pop(peer.node_id, None)
         peer.link.close()
         self.transport.unsubscribe(peer.pub)
-        # The old record stays in the registry until the new incarnation joins,
-        # which then replaces it in one step (peer_restarted, no leave/join storm).
+        self._fail_pending_to(peer.node_id, f"node {peer.node_id!r} {why}")
+
+    def _merge_and_ack(self, peer: Peer) -> None:
+        self._emit(self.registry.merge(peer.record))
+        self._enqueue(peer.node_id, codec.encode_item([codec.ACK, peer.record.seq]))
 
     def _accept_record(self, peer: Peer, record: NodeRecord) -> None:
         if record.seq < peer.record.seq:
             return
         peer.record = record
         if peer.joined:
-            self._emit(self.registry.merge(record))
-            self._enqueue(peer.node_id, codec.encode_item([codec.ACK, record.seq]))
+            self._merge_and_ack(peer)
 
     def on_subscriber_ready(self, key: str) -> None:
         """Transport callback: the peer with this key now receives our publications."""
@@ -188,8 +195,7 @@ class MembershipMixin(WireMixin):
         if peer.joined or not peer.sub_ready:
             return
         peer.joined = True
-        self._emit(self.registry.merge(peer.record))
-        self._enqueue(peer.node_id, codec.encode_item([codec.ACK, peer.record.seq]))
+        self._merge_and_ack(peer)
         if peer.acked_seq < self._seq:
             # Our record may have changed since our HELLO went out.
             self._enqueue(peer.node_id, codec.encode_item([codec.UPDATE, self._local_record().to_wire()]))
@@ -206,14 +212,10 @@ class MembershipMixin(WireMixin):
         link.close()
 
     def _remove_peer(self, node_id: str, why: str) -> None:
-        peer = self._peers.pop(node_id, None)
+        peer = self._peers.get(node_id)
         if peer is None:
             return
-        self._peers_by_key.pop(peer.key, None)
-        self._outbox.pop(node_id, None)
-        peer.link.close()
-        self.transport.unsubscribe(peer.pub)
-        self._fail_pending_to(node_id, f"node {node_id!r} {why}")
+        self._detach(peer, why)
         self._emit(self.registry.remove(node_id, why))
         self._wake_settle_waiters()
         log.info("zmesh %s: peer %s left (%s)", self.id, node_id, why)

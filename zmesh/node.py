@@ -459,19 +459,6 @@ class Node(MembershipMixin):
                 raise Timeout(f"{what} within {timeout} s")
             await asyncio.sleep(min(0.01, remaining))
 
-    # -- liveness --------------------------------------------------------
-
-
-
-    # -- inbound ---------------------------------------------------------
-
-
-
-
-
-
-
-
 
     def _on_message(self, msg: Message, peer: Peer | None) -> None:
         if peer is not None and msg.sender not in peer.record.agents:
@@ -494,33 +481,32 @@ class Node(MembershipMixin):
     def _deliver(self, msg: Message) -> None:
         agent = self._agents.get(msg.target)
         if agent is None:
-            self._dead(msg, "not_found", f"no agent {msg.target!r} on node {self.id!r}")
-            if msg.correlation_id:
-                self._reply_status(msg, "not_found", f"agent {msg.target!r} is not registered")
-            return
-        if msg.ttl is not None and msg.expired(self.clock.time()):
-            self._dead(msg, "expired")
-            if msg.correlation_id:
-                self._reply_status(msg, "expired", "the ttl ran out before delivery")
-            return
-        if msg.topic == HANDOFF_TOPIC and msg.type == "task":
+            self._undeliverable(msg, "not_found", f"agent {msg.target!r} is not registered on node {self.id!r}")
+        elif msg.ttl is not None and msg.expired(self.clock.time()):
+            self._undeliverable(msg, "expired", "the ttl ran out before delivery")
+        elif msg.topic == HANDOFF_TOPIC and msg.type == "task":
             agent._receive_handoff(msg)
-            return
-        handler = agent._handler_for(msg.topic)
-        if handler is None:
-            self._dead(msg, "no_handler")
-            if msg.correlation_id:
-                self._reply_status(msg, "no_handler", f"agent {agent.id!r} has no handler for {msg.topic!r}")
-            return
-        self._run(agent, handler, msg)
+        else:
+            handler = agent._handler_for(msg.topic)
+            if handler is None:
+                self._undeliverable(msg, "no_handler", f"agent {agent.id!r} has no handler for {msg.topic!r}")
+            else:
+                self._run(agent, handler, msg)
+
+    def _undeliverable(self, msg: Message, reason: str, why: str) -> None:
+        """Dead-letter ``msg`` here, and tell its requester (if any) why."""
+        self._dead(msg, reason, why)
+        if msg.correlation_id:
+            self._reply_status(msg, reason, why)
 
     def _fan_out(self, msg: Message) -> None:
+        expired = msg.ttl is not None and msg.expired(self.clock.time())
         for agent in list(self._agents.values()):
             if agent.id == msg.sender or not agent._subscriptions:
                 continue
             if not any(matches(p, msg.topic) for p in agent._subscriptions):
                 continue
-            if msg.ttl is not None and msg.expired(self.clock.time()):
+            if expired:
                 self._dead(msg, "expired", target=agent.id)
                 continue
             handler = agent._handler_for(msg.topic)
@@ -616,14 +602,18 @@ class Node(MembershipMixin):
             raise NodeClosed(f"node {self.id!r} is closed")
         route = self._route(msg.target)
         if route is None:
-            if dead_letter:
-                self._dead(msg, "not_found")
-            self._receipt(kind, "not_found", self.clock.monotonic(), msg, "AgentNotRegistered")
-            raise AgentNotRegistered(f"no node in mesh {self.mesh!r} hosts agent {msg.target!r}")
+            raise self._not_found(msg, kind, self.clock.monotonic(), dead_letter)
         self._enqueue(route, codec.encode_message(msg, self.max_payload, self._pack))
         self._stats["messages_sent"] += 1
         if self._observers:
             self._receipt(kind, "success", self.clock.monotonic(), msg)
+
+    def _not_found(self, msg: Message, kind: str, started: float, dead_letter: bool = True) -> AgentNotRegistered:
+        """Record an unroutable send/request (dead letter, receipt); return the error to raise."""
+        if dead_letter:
+            self._dead(msg, "not_found")
+        self._receipt(kind, "not_found", started, msg, "AgentNotRegistered")
+        return AgentNotRegistered(f"no node in mesh {self.mesh!r} hosts agent {msg.target!r}")
 
     async def _redeliver(self, msg: Message) -> None:
         route = self._route(msg.target)
@@ -643,9 +633,7 @@ class Node(MembershipMixin):
         started = self.clock.monotonic()
         route = self._route(msg.target)
         if route is None:
-            self._dead(msg, "not_found")
-            self._receipt(kind, "not_found", started, msg, "AgentNotRegistered")
-            raise AgentNotRegistered(f"no node in mesh {self.mesh!r} hosts agent {msg.target!r}")
+            raise self._not_found(msg, kind, started)
         key = (msg.reply_to, msg.correlation_id)
         if key in self._pending:
             raise InvalidMessage(f"a request with correlation id {msg.correlation_id!r} is already pending")

@@ -48,15 +48,17 @@ class WireMixin(NodeState):
                 box[1] = 0
             box[0].append(item)
             box[1] += len(item)
-        if not (self._flush_scheduled or self._in_drain) and self._loop is not None:
-            self._flush_scheduled = True  # (a drain flushes when it ends)
-            self._loop.call_soon(self._flush)
+        self._schedule_flush()
 
     def _publish(self, item: bytes) -> None:
         if self._pub_size + len(item) > BATCH_BYTES and self._pub_items:
             self._flush_pub()
         self._pub_items.append(item)
         self._pub_size += len(item)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        """Flush at the end of this loop iteration (a drain flushes when it ends)."""
         if not (self._flush_scheduled or self._in_drain) and self._loop is not None:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
