@@ -10,10 +10,11 @@ from functools import lru_cache
 
 from .errors import InvalidMessage
 
-__all__ = ["check_topic", "check_pattern", "is_pattern", "matches"]
+__all__ = ["MAX_TOPIC", "check_topic", "check_pattern", "is_pattern", "matches"]
 
 
-_valid_topics: set[str] = set()
+MAX_TOPIC = 1024  # characters
+_valid_topics: set[str] = set()  # topics already checked (bounded)
 
 
 def check_topic(topic: str) -> str:
@@ -22,6 +23,8 @@ def check_topic(topic: str) -> str:
         return topic
     if not isinstance(topic, str) or not topic:
         raise InvalidMessage(f"topic must be a non-empty string, got {topic!r}")
+    if len(topic) > MAX_TOPIC:
+        raise InvalidMessage(f"topic is longer than {MAX_TOPIC} characters")
     tokens = topic.split(".")
     if any(not t for t in tokens):
         raise InvalidMessage(f"topic {topic!r} has an empty token")
