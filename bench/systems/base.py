@@ -20,11 +20,12 @@ from __future__ import annotations
 import shutil
 from abc import ABC
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
-from ..harness import run_rtt, run_stream
+from ..harness import Server, run_rtt, run_stream
 
-__all__ = ["WORKLOADS", "PeerSystem", "Sizes", "System", "binary_available"]
+__all__ = ["WORKLOADS", "BrokerSystem", "PeerSystem", "Sizes", "System", "binary_available"]
 
 #: Workload names, in table order.
 WORKLOADS = ("throughput", "rtt", "fanout")
@@ -123,6 +124,44 @@ class PeerSystem(System):
         args = self.peer_args("fanout")
         out = run_stream(self.key, args, n, subscribers, self.sizes.warmup, self._timeout(n * subscribers))
         return out.rate
+
+
+class BrokerSystem(PeerSystem):
+    """A :class:`PeerSystem` whose peers talk through a broker the bench starts.
+
+    Subclasses name the client module (``client``, ``client_pip``) and the
+    server binary (``binary``, ``binary_apt``) and say how to start it on a
+    port in :meth:`server_argv`; availability, start and stop are shared.
+    """
+
+    client: ClassVar[str]
+    client_pip: ClassVar[str]
+    binary: ClassVar[str]
+    binary_apt: ClassVar[str]
+
+    _server: Server | None = None
+    _binary = ""
+
+    def available(self) -> tuple[bool, str]:
+        ok, note = module_available(self.client, self.client_pip)
+        if not ok:
+            return ok, note
+        ok, path = binary_available(self.binary, self.binary_apt)
+        self._binary = path if ok else ""
+        return ok, "" if ok else path
+
+    def server_argv(self, port: int, tmp: Path) -> list[str]:
+        """The command line that starts the server on 127.0.0.1:*port* (files go in *tmp*)."""
+        raise NotImplementedError
+
+    def setup(self) -> None:
+        self._server = Server(self.binary, self._binary)
+        self._server.start(self.server_argv)
+
+    def teardown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
 
 def binary_available(binary: str, apt_package: str) -> tuple[bool, str]:

@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 
 from ..control import Control
 from ..envelope import decode
-from ..harness import HOST, Server
+from ..harness import HOST
 from ..roles import SinkCounter, make_reply, run_rtt_client, run_source
-from .base import PeerSystem, binary_available, module_available
+from .base import BrokerSystem
 
 __all__ = ["Mqtt", "peer"]
 
@@ -38,35 +38,20 @@ log_type warning
 """
 
 
-class Mqtt(PeerSystem):
+class Mqtt(BrokerSystem):
     key: ClassVar[str] = "mqtt"
     label: ClassVar[str] = "MQTT"
     notes: ClassVar[str] = "mosquitto + paho-mqtt 2.x, QoS 0; RTT via request/reply topics"
 
-    _server: Server | None = None
-    _binary = ""
+    client: ClassVar[str] = "paho.mqtt"
+    client_pip: ClassVar[str] = "paho-mqtt"
+    binary: ClassVar[str] = "mosquitto"
+    binary_apt: ClassVar[str] = "mosquitto"
 
-    def available(self) -> tuple[bool, str]:
-        ok, note = module_available("paho.mqtt", "paho-mqtt")
-        if not ok:
-            return ok, note
-        ok, path = binary_available("mosquitto", "mosquitto")
-        self._binary = path if ok else ""
-        return ok, "" if ok else path
-
-    def setup(self) -> None:
-        def argv(port: int, tmp: Path) -> list[str]:
-            conf = tmp / "mosquitto.conf"
-            conf.write_text(_CONF.format(host=HOST, port=port))
-            return [self._binary, "-c", str(conf)]
-
-        self._server = Server("mosquitto", self._binary)
-        self._server.start(argv)
-
-    def teardown(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+    def server_argv(self, port: int, tmp: Path) -> list[str]:
+        conf = tmp / "mosquitto.conf"
+        conf.write_text(_CONF.format(host=HOST, port=port))
+        return [self._binary, "-c", str(conf)]
 
     def versions(self) -> dict[str, str]:
         import paho.mqtt

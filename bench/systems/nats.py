@@ -19,9 +19,9 @@ from typing import Any, ClassVar
 
 from ..control import Control
 from ..envelope import decode
-from ..harness import HOST, Server
+from ..harness import HOST
 from ..roles import SinkCounter, make_reply, run_rtt_client_async, run_source_async
-from .base import PeerSystem, binary_available, module_available
+from .base import BrokerSystem
 
 __all__ = ["Nats", "peer"]
 
@@ -32,35 +32,20 @@ write_deadline: "30s"
 """
 
 
-class Nats(PeerSystem):
+class Nats(BrokerSystem):
     key: ClassVar[str] = "nats"
     label: ClassVar[str] = "NATS"
     notes: ClassVar[str] = "nats-server + nats-py (asyncio); RTT via request() on an inbox"
 
-    _server: Server | None = None
-    _binary = ""
+    client: ClassVar[str] = "nats"
+    client_pip: ClassVar[str] = "nats-py"
+    binary: ClassVar[str] = "nats-server"
+    binary_apt: ClassVar[str] = "nats-server"
 
-    def available(self) -> tuple[bool, str]:
-        ok, note = module_available("nats", "nats-py")
-        if not ok:
-            return ok, note
-        ok, path = binary_available("nats-server", "nats-server")
-        self._binary = path if ok else ""
-        return ok, "" if ok else path
-
-    def setup(self) -> None:
-        def argv(port: int, tmp: Path) -> list[str]:
-            conf = tmp / "nats.conf"
-            conf.write_text(_CONF.format(host=HOST, port=port))
-            return [self._binary, "-a", HOST, "-p", str(port), "-c", str(conf)]
-
-        self._server = Server("nats-server", self._binary)
-        self._server.start(argv)
-
-    def teardown(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+    def server_argv(self, port: int, tmp: Path) -> list[str]:
+        conf = tmp / "nats.conf"
+        conf.write_text(_CONF.format(host=HOST, port=port))
+        return [self._binary, "-a", HOST, "-p", str(port), "-c", str(conf)]
 
     def versions(self) -> dict[str, str]:
         from nats.aio.client import __version__

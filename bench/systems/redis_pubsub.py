@@ -25,9 +25,9 @@ from typing import Any, ClassVar
 
 from ..control import Control
 from ..envelope import decode
-from ..harness import HOST, Server
+from ..harness import HOST
 from ..roles import SinkCounter, make_reply, run_rtt_client, run_source
-from .base import PeerSystem, binary_available, module_available
+from .base import BrokerSystem
 
 __all__ = ["RedisPubSub", "RedisPubSubPlain", "peer"]
 
@@ -36,7 +36,7 @@ _POLL = 0.1  # seconds a get_message waits before looking at STOP/deadline
 PIPELINE = 64
 
 
-class RedisPubSub(PeerSystem):
+class RedisPubSub(BrokerSystem):
     key: ClassVar[str] = "redis"
     label: ClassVar[str] = "Redis pub/sub"
     notes: ClassVar[str] = (
@@ -45,36 +45,21 @@ class RedisPubSub(PeerSystem):
 
     pipeline: ClassVar[int] = PIPELINE
 
-    _server: Server | None = None
-    _binary = ""
+    client: ClassVar[str] = "redis"
+    client_pip: ClassVar[str] = "redis"
+    binary: ClassVar[str] = "redis-server"
+    binary_apt: ClassVar[str] = "redis-server"
 
-    def available(self) -> tuple[bool, str]:
-        ok, note = module_available("redis", "redis")
-        if not ok:
-            return ok, note
-        ok, path = binary_available("redis-server", "redis-server")
-        self._binary = path if ok else ""
-        return ok, "" if ok else path
-
-    def setup(self) -> None:
-        def argv(port: int, tmp: Path) -> list[str]:
-            return [
-                self._binary,
-                "--port", str(port),
-                "--bind", HOST,
-                "--save", "",
-                "--appendonly", "no",
-                "--dir", str(tmp),
-                "--client-output-buffer-limit", "pubsub 0 0 0",
-            ]  # fmt: skip
-
-        self._server = Server("redis-server", self._binary)
-        self._server.start(argv)
-
-    def teardown(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+    def server_argv(self, port: int, tmp: Path) -> list[str]:
+        return [
+            self._binary,
+            "--port", str(port),
+            "--bind", HOST,
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(tmp),
+            "--client-output-buffer-limit", "pubsub 0 0 0",
+        ]  # fmt: skip
 
     def versions(self) -> dict[str, str]:
         import redis
