@@ -325,7 +325,7 @@ class Agent:
 
         token = _trace_var.set(msg.trace_id)
         try:
-            run_handler(handler, offer, done, self.node._handler_failed, self.node._tasks, (self, msg, False))
+            run_handler(handler, offer, done, self.node._handler_failed, self.node._handler_tasks, (self, msg, False))
         finally:
             _trace_var.reset(token)
 

@@ -1,19 +1,29 @@
-"""Running user handlers cheaply and safely.
+"""Running user handlers: every ``async def`` handler is an ordinary asyncio Task.
 
-A handler may be a plain function or a coroutine function. Coroutines are
-stepped eagerly: most handlers finish without ever suspending, and those pay
-no Task. Only a handler that really awaits gets a Task, which resumes it where
-it stopped. Whatever happens, exactly one of ``done(result)`` or
-``failed(exc)`` is called; exceptions never escape into the event loop.
+A coroutine handler runs inside its own Task from its first line, so
+``asyncio.current_task()``, ``asyncio.timeout``, ``asyncio.wait_for``,
+``TaskGroup``, contextvars, anyio and httpx behave in a handler exactly as
+anywhere else. On Python 3.12+ the Task starts eagerly: a handler that
+returns without suspending finishes inside ``run_handler`` and is never
+scheduled, which keeps it nearly as cheap as a plain call.
+
+A plain function handler is called inline. Whatever a handler raises,
+``KeyboardInterrupt``, ``SystemExit`` and a ``CancelledError`` it raises
+itself included, is contained: exactly one of ``done(result, extra)`` or
+``failed(exc, extra)`` is called, and nothing escapes into the event loop or
+the transport. Only a cancellation the node itself asked for (on close)
+ends a handler without either call.
 """
 
 from __future__ import annotations
 
 import asyncio
-from types import CoroutineType
-from typing import Any, Callable, Coroutine, Generator
+import sys
+from typing import Any, Callable, Coroutine
 
-__all__ = ["run_handler", "DEFERRED", "Deferred"]
+__all__ = ["run_handler", "HandlerTasks", "DEFERRED", "Deferred"]
+
+_EAGER = sys.version_info >= (3, 12)
 
 
 class Deferred:
@@ -32,86 +42,89 @@ class Deferred:
 
 DEFERRED = Deferred()
 
-
-class _Resume:
-    """Awaitable that continues a coroutine which already yielded ``first``."""
-
-    __slots__ = ("coro", "first")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
-        self.coro = coro
-        self.first = first
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro, value = self.coro, self.first
-        while True:
-            try:
-                sent = yield value
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # cancellation included: pass it in
-                try:
-                    value = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-            else:
-                try:
-                    value = coro.send(sent)
-                except StopIteration as stop:
-                    return stop.value
+Done = Callable[[Any, Any], None]
+Failed = Callable[[BaseException, Any], None]
 
 
-async def _finish(
-    coro: Coroutine[Any, Any, Any],
-    first: Any,
-    done: Callable[[Any, Any], None],
-    failed: Callable[[BaseException, Any], None],
-    extra: Any,
+class HandlerTasks:
+    """The handler Tasks of one node still running; cancelled on close."""
+
+    __slots__ = ("_tasks", "closing")
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.closing = False
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def add(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def cancel_all(self) -> None:
+        """Cancel every running handler and wait until they have all ended."""
+        self.closing = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _cancelled_by_owner(tasks: HandlerTasks) -> bool:
+    """Was this handler's Task cancelled from outside (not by its own raise)?"""
+    if tasks.closing:
+        return True
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+    return bool(cancelling()) if cancelling is not None else False
+
+
+async def _guarded(
+    coro: Coroutine[Any, Any, Any], done: Done, failed: Failed, extra: Any, tasks: HandlerTasks
 ) -> None:
     try:
-        result = await _Resume(coro, first)
+        result = await coro
     except asyncio.CancelledError as exc:
+        if _cancelled_by_owner(tasks):
+            raise
+        failed(exc, extra)  # the handler raised it itself: its caller must hear of it
+        return
+    except BaseException as exc:  # KeyboardInterrupt and SystemExit included: contained
         failed(exc, extra)
-        raise
-    except Exception as exc:
-        failed(exc, extra)
-    else:
-        done(result, extra)
+        return
+    done(result, extra)
 
 
 def run_handler(
     handler: Callable[..., Any],
     arg: Any,
-    done: Callable[[Any, Any], None],
-    failed: Callable[[BaseException, Any], None],
-    tasks: set[asyncio.Task[None]],
+    done: Done,
+    failed: Failed,
+    tasks: HandlerTasks,
     extra: Any = None,
 ) -> None:
     """Call ``handler(arg)``; report ``done(result, extra)`` or ``failed(exc, extra)``.
 
-    Runs in the caller's context (set the trace id around the call); a
-    handler that suspends continues in a Task, which copies that context.
-    Tasks are kept in ``tasks`` (and removed when they finish) so the node can
-    cancel them on close.
+    Runs in the caller's context (set the trace id around the call); the
+    Task of a coroutine handler copies that context when it is created.
     """
     try:
         result = handler(arg)
-        if result.__class__ is not CoroutineType and (
-            result is None or not asyncio.iscoroutine(result)
-        ):
-            coro = None
-        else:
-            coro = result
-            first = coro.send(None)
-    except StopIteration as stop:
-        result, coro = stop.value, None
-    except Exception as exc:
+    except BaseException as exc:  # a plain handler: contained like a coroutine's
         failed(exc, extra)
         return
-    if coro is None:
+    if not asyncio.iscoroutine(result):
         done(result, extra)
         return
-    task = asyncio.get_running_loop().create_task(_finish(coro, first, done, failed, extra))
+    loop = asyncio.get_running_loop()
+    wrapped = _guarded(result, done, failed, extra, tasks)
+    task: asyncio.Task[None]
+    if _EAGER:
+        task = asyncio.Task(wrapped, loop=loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
+        if task.done():
+            return
+    else:
+        task = loop.create_task(wrapped)
     tasks.add(task)
-    task.add_done_callback(tasks.discard)

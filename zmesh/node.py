@@ -36,7 +36,7 @@ from .errors import (
     Timeout,
     ZmeshError,
 )
-from .handlers import DEFERRED, run_handler
+from .handlers import DEFERRED, HandlerTasks, run_handler
 from .liveness import LivenessConfig
 from .message import Message, new_id
 from .observer import Observer, Receipt
@@ -160,6 +160,7 @@ class Node(MembershipMixin):
         self._observers: list[Observer] = []
         self._event_queues: list[asyncio.Queue[MeshEvent]] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._handler_tasks = HandlerTasks()
         self._settle_waiters: list[asyncio.Future[None]] = []
         self._logged_drops: set[tuple[str, str]] = set()
         self._stats: Counter[str] = Counter()
@@ -242,6 +243,7 @@ class Node(MembershipMixin):
             self._pending.pop(key, None)
             if not pending.future.done():
                 pending.future.set_exception(NodeClosed("the node was closed"))
+        await self._handler_tasks.cancel_all()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -520,7 +522,7 @@ class Node(MembershipMixin):
         token = _trace_var.set(msg.trace_id)
         try:
             run_handler(
-                handler, msg, self._handler_done, self._handler_failed, self._tasks, (agent, msg, broadcast)
+                handler, msg, self._handler_done, self._handler_failed, self._handler_tasks, (agent, msg, broadcast)
             )
         finally:
             _trace_var.reset(token)
@@ -534,8 +536,6 @@ class Node(MembershipMixin):
 
     def _handler_failed(self, exc: BaseException, extra: tuple[Agent, Message, bool]) -> None:
         agent, msg, broadcast = extra
-        if isinstance(exc, asyncio.CancelledError):
-            return
         log.error(
             "zmesh: handler of agent %r for topic %r raised %s: %s",
             agent.id,
