@@ -69,7 +69,7 @@ def snapshot(node: zmesh.Node, why: str) -> None:
         if rec.node_id != node.id
     }
     # The endpoint actually dialled for each peer (private, best effort).
-    dialled = {nid: getattr(p, "router", "") for nid, p in (getattr(node, "_peers", None) or {}).items()}
+    dialled = {nid: node.peer_endpoint(nid) or "" for nid in node.peers}
     discovery = getattr(node, "_discovery", None)
     emit(
         event="registry",

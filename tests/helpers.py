@@ -11,6 +11,8 @@ import zmesh
 
 _mesh_ids = itertools.count()
 
+FROZEN_WORLD = zmesh.LivenessConfig(heartbeat=30.0, evasive_after=1800.0, expire_after=3600.0)
+
 
 async def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> None:
     """Poll ``predicate`` until it is true; fail the test after ``timeout`` s."""
@@ -37,6 +39,10 @@ class Mesh:
             options["seeds"] = [self.nodes[0].endpoint]
         if self.transport == "zmq":
             options.setdefault("discovery", False)
+        if isinstance(options.get("clock"), zmesh.FakeClock):
+            # Liveness runs on the node's clock too. A fake clock jumps while
+            # real peers cannot answer, so expiry stays beyond any jump a test makes.
+            options.setdefault("liveness", FROZEN_WORLD)
         node = zmesh.Node(self.name, transport=self.transport, **options)
         self.nodes.append(node)
         await node.start()

@@ -51,4 +51,4 @@ async def test_a_seed_spelled_localhost_is_recognised_once_answered() -> None:
         port = n1.endpoint.rsplit(":", 1)[1]
         async with zmesh.Node(mesh, discovery=False, seeds=[f"tcp://localhost:{port}"]) as n2:
             await n2.wait_until(lambda: n2.peers == [n1.id], 5, "join")
-            assert n2._seeds == {}  # the seed became the peer's link; no HELLOs retried
+            assert n2._engine.members.knocks == {}  # the seed became the peer's link; no HELLOs retried

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, TypeVar, Union
 
+from .clock import Clock
 from .errors import InvalidMessage, NodeClosed
-from .handlers import run_handler
 from .message import MESSAGE_TYPES, Message, check_options, new_id
 from .topics import _valid_topics as _checked_topics
 from .topics import check_pattern, check_topic, is_pattern, matches
@@ -14,7 +14,9 @@ from .topics import check_pattern, check_topic, is_pattern, matches
 if TYPE_CHECKING:
     from .node import Node
 
-__all__ = ["Agent", "Handoff", "HandoffResult", "Handler", "HandoffHandler"]
+__all__ = ["Agent", "AgentHost", "Handoff", "HandoffResult", "Handler", "HandoffHandler", "HANDOFF_TOPIC"]
+
+HANDOFF_TOPIC = "zmesh.handoff"
 
 Handler = Callable[[Message], Any]
 HandoffHandler = Callable[["Handoff"], Union[bool, Awaitable[bool]]]
@@ -47,11 +49,44 @@ class HandoffResult:
     reply: Message | None = field(default=None, repr=False)
 
 
+class AgentHost(Protocol):
+    """All an agent asks of the node hosting it (the node's side of the seam).
+
+    ``send``/``request``/``broadcast`` take a finished Message and raise
+    before anything is sent when it cannot go; ``reply`` answers a request
+    with a status; ``changed`` republishes the agent's capabilities and
+    subscriptions; ``remove`` unregisters it; ``settled`` waits until every
+    peer has the latest of both.
+    """
+
+    clock: Clock
+
+    @property
+    def closed(self) -> bool: ...
+
+    def stamp(self, msg: Message, trace_id: str | None) -> None: ...
+
+    def send(self, msg: Message) -> None: ...
+
+    async def request(self, msg: Message, timeout: float, kind: str) -> Message: ...
+
+    def reply(self, request: Message, status: str, payload: Any) -> None: ...
+
+    def broadcast(self, msg: Message) -> int: ...
+
+    def changed(self, agent: Agent) -> None: ...
+
+    def remove(self, agent_id: str) -> None: ...
+
+    async def settled(self) -> bool: ...
+
+
 class Agent:
     """An agent hosted by a node. Create with ``node.agent("id")``."""
 
-    def __init__(self, node: Node, agent_id: str, capabilities: tuple[str, ...]) -> None:
+    def __init__(self, node: Node, host: AgentHost, agent_id: str, capabilities: tuple[str, ...]) -> None:
         self.node = node
+        self._host = host
         self.id = agent_id
         self.capabilities = capabilities
         self._handlers: dict[str, Handler] = {}
@@ -101,7 +136,12 @@ class Agent:
         self._handoff_handler = fn
         return fn
 
-    def _handler_for(self, topic: str) -> Handler | None:
+    @property
+    def handoff_handler(self) -> HandoffHandler | None:
+        return self._handoff_handler
+
+    def handler_for(self, topic: str) -> Handler | None:
+        """The handler that takes ``topic``: an exact one first, else the first matching pattern."""
         handler = self._handlers.get(topic)
         if handler is not None:
             return handler
@@ -148,7 +188,7 @@ class Agent:
         )
         if correlation_id is _OWN_ID:  # a new request: its own (unique) id pairs the reply
             msg.correlation_id = msg.id
-        self.node._stamp(msg, trace_id)
+        self._host.stamp(msg, trace_id)
         return msg
 
     async def send(
@@ -169,7 +209,7 @@ class Agent:
         ``target``; InvalidMessage, sending nothing, when the message is bad.
         """
         msg = self._message(target, topic, payload, type, priority, qos, ttl, trace_id)
-        self.node._send(msg)
+        self._host.send(msg)
         return msg
 
     async def request(
@@ -192,7 +232,7 @@ class Agent:
         AgentNotRegistered, or PeerLost if the target's node goes away.
         """
         msg = self._message(target, topic, payload, type, priority, qos, ttl, trace_id, _OWN_ID)
-        return await self.node._request(msg, timeout, "request")
+        return await self._host.request(msg, timeout, "request")
 
     async def delegate(
         self, target: str, request: Message, *, timeout: float = 30.0, topic: str | None = None
@@ -216,7 +256,7 @@ class Agent:
             request.trace_id or None,
             request.correlation_id or new_id(),
         )
-        return await self.node._request(msg, timeout, "delegate")
+        return await self._host.request(msg, timeout, "delegate")
 
     async def reply(self, request: Message, payload: Any = None) -> None:
         """Answer ``request`` later (its handler returned ``zmesh.DEFERRED``)."""
@@ -224,10 +264,7 @@ class Agent:
             raise InvalidMessage("reply needs a request Message (one with a correlation id)")
         if request.target != self.id:
             raise InvalidMessage(f"agent {self.id!r} cannot reply to a request for {request.target!r}")
-        self._reply_now(request, payload)
-
-    def _reply_now(self, request: Message, payload: Any) -> None:
-        self.node._reply_status(request, "ok", payload)
+        self._host.reply(request, "ok", payload)
 
     # -- handoff ---------------------------------------------------------
 
@@ -262,8 +299,6 @@ class Agent:
         arts = tuple(artifacts)
         if any(not isinstance(a, str) for a in arts):
             raise InvalidMessage("artifacts must be strings (paths or URIs)")
-        from .node import HANDOFF_TOPIC
-
         self._tasks.add(task_id)
         msg = self._message(
             target,
@@ -276,8 +311,9 @@ class Agent:
             None,
             _OWN_ID,
         )
-        started = self.node.clock.monotonic()
-        reply = await self.node._request(msg, timeout, "handoff")
+        clock = self._host.clock
+        started = clock.monotonic()
+        reply = await self._host.request(msg, timeout, "handoff")
         result = reply.payload if isinstance(reply.payload, dict) else {}
         accepted = result.get("accepted") is True
         if accepted:
@@ -287,47 +323,9 @@ class Agent:
             target,
             accepted,
             str(result.get("reason", "")),
-            self.node.clock.monotonic() - started,
+            clock.monotonic() - started,
             reply,
         )
-
-    def _receive_handoff(self, msg: Message) -> None:
-        payload = msg.payload
-        if (
-            not isinstance(payload, dict)
-            or not isinstance(payload.get("task_id"), str)
-            or not isinstance(payload.get("artifacts", []), list)
-        ):
-            self.node._reply_status(msg, "error", {"type": "InvalidMessage", "message": "malformed handoff"})
-            return
-        task_id = payload["task_id"]
-        handler = self._handoff_handler
-        if handler is None:
-            self._reply_now(msg, {"accepted": False, "reason": f"agent {self.id!r} takes no handoffs"})
-            return
-        offer = Handoff(
-            task_id,
-            msg.sender,
-            payload.get("context"),
-            tuple(str(a) for a in payload.get("artifacts", [])),
-            msg,
-        )
-
-        def done(accepted: Any, _: Any) -> None:
-            if accepted is True:
-                self._tasks.add(task_id)
-                self._reply_now(msg, {"accepted": True})
-            else:
-                reason = accepted if isinstance(accepted, str) else "refused"
-                self._reply_now(msg, {"accepted": False, "reason": reason})
-
-        from .node import _trace_var
-
-        token = _trace_var.set(msg.trace_id)
-        try:
-            run_handler(handler, offer, done, self.node._handler_failed, self.node._handler_tasks, (self, msg, False))
-        finally:
-            _trace_var.reset(token)
 
     # -- pub/sub ---------------------------------------------------------
 
@@ -344,15 +342,15 @@ class Agent:
             self.add_handler(pattern, handler)
         if pattern not in self._subscriptions:
             self._subscriptions.add(pattern)
-            self.node._record_changed()
-        await self.node.settled()
+            self._host.changed(self)
+        await self._host.settled()
 
     async def unsubscribe(self, pattern: str) -> None:
         """Stop receiving broadcasts on ``pattern``."""
         if pattern in self._subscriptions:
             self._subscriptions.discard(pattern)
-            self.node._record_changed()
-        await self.node.settled()
+            self._host.changed(self)
+        await self._host.settled()
 
     @property
     def subscriptions(self) -> frozenset[str]:
@@ -373,12 +371,12 @@ class Agent:
         known to this node at publish time.
         """
         msg = self._message("", topic, payload, "notify", priority, 0, ttl, trace_id)
-        return self.node._broadcast(msg)
+        return self._host.broadcast(msg)
 
     async def close(self) -> None:
         """Unregister this agent from the mesh."""
         if not self._closed:
             self._closed = True
-            self.node._remove_agent(self.id)
-            if not self.node.closed:
-                await self.node.settled()
+            self._host.remove(self.id)
+            if not self._host.closed:
+                await self._host.settled()

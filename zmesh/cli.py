@@ -95,10 +95,10 @@ async def _peers(args: argparse.Namespace) -> int:
                 continue
             agents = sorted(rec.agents) or ["-"]
             for i, agent_id in enumerate(agents):
-                peer = node._peers.get(rec.node_id)  # the endpoint we actually dial
+                dialled = node.peer_endpoint(rec.node_id)  # the endpoint we actually dial
                 rows.append([
                     rec.node_id if i == 0 else "",
-                    (peer.router if peer else rec.router) if i == 0 else "",
+                    (dialled or rec.router) if i == 0 else "",
                     agent_id,
                     ",".join(rec.agents.get(agent_id, ())) or "-",
                     ",".join(sorted(rec.subs.get(agent_id, ()))) or "-",

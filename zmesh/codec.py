@@ -17,12 +17,14 @@ Items are msgpack arrays whose first element is the item kind.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Final
+from dataclasses import dataclass
+from typing import Any, Callable, Final, Union
 
 import msgpack
 
-from .errors import InvalidMessage
+from .errors import FrameError, InvalidMessage
 from .message import MESSAGE_TYPES, STATUSES, Message
+from .registry import NodeRecord, parse_record
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -42,6 +44,16 @@ __all__ = [
     "decode_frame",
     "decode_pub_frame",
     "message_from_item",
+    "Hello",
+    "Update",
+    "Ack",
+    "Ping",
+    "Pong",
+    "Bye",
+    "Refuse",
+    "Control",
+    "parse_control",
+    "encode_control",
 ]
 
 PROTOCOL_VERSION: Final = 1
@@ -63,15 +75,6 @@ _MSG_FIELDS: Final = 15
 _packb: Callable[[Any], bytes] = msgpack.packb
 _unpackb: Callable[..., Any] = msgpack.unpackb
 _VERSION_BYTES: Final[bytes] = _packb(PROTOCOL_VERSION)
-
-
-class FrameError(Exception):
-    """An inbound frame or item is unusable. ``reason`` is a short counter key."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
 
 
 def _array_header(n: int) -> bytes:
@@ -229,3 +232,122 @@ def message_from_item(item: list[Any]) -> Message:
         status,
         msg_id,
     )
+
+
+# -- typed control items -------------------------------------------------
+# The engine only ever sees these, never the raw msgpack arrays.
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """Join: the sender's record, its joined peers' router endpoints, and
+    whether it wants a HELLO back (it does not know us yet)."""
+
+    record: NodeRecord
+    peers: tuple[tuple[str, tuple[str, ...]], ...]
+    reply: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    record: NodeRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    want_pong: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Bye:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    reason: str
+    node_id: str
+    endpoints: tuple[str, ...]
+
+
+Control = Union[Hello, Update, Ack, Ping, Pong, Bye, Refuse]
+
+_MAX_HELLO_PEERS = 4096
+_MAX_ENDPOINTS = 64
+
+
+def _endpoints(value: Any, what: str) -> tuple[str, ...]:
+    if value.__class__ is str:
+        value = [value]
+    if value.__class__ is not list or any(e.__class__ is not str for e in value):
+        raise FrameError("malformed", what)
+    return tuple(value[:_MAX_ENDPOINTS])
+
+
+def parse_control(item: list[Any]) -> Control:
+    """Turn a decoded control item into its typed value; FrameError if unusable."""
+    kind = item[0]
+    n = len(item)
+    if kind == HELLO:
+        if n != 4 or item[2].__class__ is not list or len(item[2]) > _MAX_HELLO_PEERS:
+            raise FrameError("malformed", "hello")
+        peers = []
+        for entry in item[2]:
+            if entry.__class__ is not list or len(entry) != 2 or entry[0].__class__ is not str:
+                raise FrameError("malformed", "hello peer list")
+            peers.append((entry[0], _endpoints(entry[1], "hello peer list")))
+        return Hello(parse_record(item[1]), tuple(peers), item[3] is True)
+    if kind == UPDATE:
+        if n != 2:
+            raise FrameError("malformed", "update")
+        return Update(parse_record(item[1]))
+    if kind == ACK:
+        if n != 2 or item[1].__class__ is not int:
+            raise FrameError("malformed", "ack")
+        return Ack(item[1])
+    if kind == PING:
+        return Ping(n == 2 and item[1] is True)
+    if kind == PONG:
+        return Pong()
+    if kind == BYE:
+        return Bye(str(item[1])[:256] if n > 1 else "")
+    if kind == REFUSE:
+        if n not in (3, 4) or item[1].__class__ is not str or item[2].__class__ is not str:
+            raise FrameError("malformed", "refuse")
+        endpoints = _endpoints(item[3], "refuse") if n == 4 else ()
+        return Refuse(item[1][:1024], item[2][:256], endpoints)
+    raise FrameError("unknown_item", str(kind)[:40])
+
+
+def encode_control(value: Control) -> bytes:
+    """Encode a typed control item."""
+    if value.__class__ is Hello:
+        assert isinstance(value, Hello)
+        peers = [[node_id, list(routers)] for node_id, routers in value.peers]
+        return _packb([HELLO, value.record.to_wire(), peers, value.reply])
+    if value.__class__ is Update:
+        assert isinstance(value, Update)
+        return _packb([UPDATE, value.record.to_wire()])
+    if value.__class__ is Ack:
+        assert isinstance(value, Ack)
+        return _packb([ACK, value.seq])
+    if value.__class__ is Ping:
+        assert isinstance(value, Ping)
+        return _packb([PING, value.want_pong])
+    if value.__class__ is Pong:
+        return _packb([PONG])
+    if value.__class__ is Bye:
+        assert isinstance(value, Bye)
+        return _packb([BYE, value.reason])
+    assert isinstance(value, Refuse)
+    return _packb([REFUSE, value.reason, value.node_id, list(value.endpoints)])

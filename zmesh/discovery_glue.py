@@ -10,15 +10,19 @@ from .discovery import MdnsDiscovery, PeerAdvert
 
 if TYPE_CHECKING:
     from .node import Node
-    from .transport.zmq import ZmqTransport
+    from .transport.base import Transport
 
 __all__ = ["start_mdns"]
 
 log = logging.getLogger("zmesh")
 
 
-async def start_mdns(node: Node, transport: ZmqTransport) -> MdnsDiscovery:
-    """Advertise ``node`` and connect to every peer of its mesh that shows up."""
+async def start_mdns(node: Node, transport: Transport) -> MdnsDiscovery:
+    """Advertise ``node`` and connect to every peer of its mesh that shows up.
+
+    ``transport`` declares ``discovery="mdns"``: its endpoints are TCP ports
+    on the addresses of its ``scope`` (an :class:`zmesh.interfaces.InterfaceScope`).
+    """
 
     def on_peer(advert: PeerAdvert) -> None:
         endpoints = advert.router_endpoints()
@@ -30,7 +34,7 @@ async def start_mdns(node: Node, transport: ZmqTransport) -> MdnsDiscovery:
         node_id=node.id,
         incarnation=node.incarnation,
         version=PROTOCOL_VERSION,
-        scope=transport.scope,
+        scope=getattr(transport, "scope"),
         router_port=int(transport.router_endpoint.rsplit(":", 1)[1]),
         pub_port=int(transport.pub_endpoint.rsplit(":", 1)[1]),
         on_peer=on_peer,

@@ -80,3 +80,15 @@ class TransportError(ZmeshError):
 
 class NodeClosed(ZmeshError):
     """The node or agent was closed."""
+
+
+class FrameError(Exception):
+    """Internal: an inbound frame or item is unusable. ``reason`` is a short counter key.
+
+    Never reaches users: the engine counts it as a drop (``stats()["dropped"]``).
+    """
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .codec import FrameError
+from .errors import FrameError
 from .topics import matches
 
 __all__ = ["NodeRecord", "AgentInfo", "MeshEvent", "Registry", "parse_record", "EVENT_KINDS"]

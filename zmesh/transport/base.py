@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Link", "TransportHost", "Transport", "endpoint_host"]
+__all__ = ["Link", "TransportHost", "Transport", "TransportCapabilities", "endpoint_host",
+           "is_loopback_endpoint"]
 
 
 def endpoint_host(endpoint: str) -> str:
@@ -29,6 +31,33 @@ def endpoint_host(endpoint: str) -> str:
 
 def is_loopback_endpoint(endpoint: str) -> bool:
     return endpoint_host(endpoint).startswith("127.")
+
+
+@dataclass(frozen=True, slots=True)
+class TransportCapabilities:
+    """What a transport can do; the node decides from this, never from a name.
+
+    ``level``: ``"frame"`` — the transport moves opaque frames between nodes
+    and the node's engine speaks the mesh protocol over them (ZeroMQ,
+    in-process); ``"message"`` — the transport routes whole messages itself
+    (a broker: MQTT, Redis, NATS, a file bus) and keeps membership its own
+    way, so the engine's handshake is not used. This version ships only
+    frame-level transports; the node refuses a message-level one with a
+    TransportError instead of half-working.
+
+    ``peers_can_vanish``: a peer can die without a word (a killed process),
+    so the engine runs heartbeats and expiry. False in-process, where a node
+    always says BYE.
+
+    ``discovery``: ``"mdns"`` — the node may advertise and browse mDNS for
+    this transport's TCP endpoints (``scope``, ``router_endpoint``,
+    ``pub_endpoint``); ``"hub"`` — the transport reports members itself via
+    ``on_discovered``; ``"none"``.
+    """
+
+    level: str = "frame"
+    peers_can_vanish: bool = True
+    discovery: str = "none"
 
 
 class Link(Protocol):
@@ -59,8 +88,7 @@ class TransportHost(Protocol):
 
 
 class Transport(ABC):
-    #: False where peers cannot die silently (in-process): liveness timers are skipped.
-    needs_liveness: bool = True
+    capabilities: TransportCapabilities = TransportCapabilities()
     name: str = "?"
     router_endpoint: str = ""
     pub_endpoint: str = ""
@@ -101,6 +129,13 @@ class Transport(ABC):
 
     @abstractmethod
     def publish(self, frame: bytes) -> None: ...
+
+    @abstractmethod
+    def announce(self) -> None:
+        """Tell every publisher we are attached to that we are (again): each
+        of their hosts gets ``on_subscriber_ready(our key)``. A peer that lost
+        us (it expired us while our loop stalled) needs this to count us again.
+        """
 
     @abstractmethod
     async def close(self) -> None: ...

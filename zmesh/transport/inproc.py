@@ -11,7 +11,7 @@ import threading
 from typing import Callable
 
 from ..errors import TransportError
-from .base import Transport, TransportHost
+from .base import Transport, TransportCapabilities, TransportHost
 
 __all__ = ["InprocTransport"]
 
@@ -43,7 +43,7 @@ class _InprocLink:
 
 
 class InprocTransport(Transport):
-    needs_liveness = False
+    capabilities = TransportCapabilities(level="frame", peers_can_vanish=False, discovery="hub")
     name = "inproc"
 
     def __init__(self) -> None:
@@ -118,6 +118,12 @@ class InprocTransport(Transport):
         publisher = _pubs.get(pub_endpoint)
         if publisher is not None:
             publisher._subscribers.discard(self)
+
+    def announce(self) -> None:
+        for endpoint in list(self._subscribed):
+            publisher = _pubs.get(endpoint)
+            if publisher is not None:
+                publisher._schedule(self._loop, publisher._host_ready, self._key)
 
     def publish(self, frame: bytes) -> None:
         for sub in list(self._subscribers):

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator, Sequence
 import zmq
 
 from ..errors import TransportError
-from .base import Transport, TransportHost, endpoint_host
+from .base import Transport, TransportCapabilities, TransportHost, endpoint_host
 
 __all__ = ["ZmqTransport", "open_sockets", "map_zmq_errors"]
 
@@ -180,7 +180,7 @@ class ZmqTransport(Transport):
     """ZeroMQ over TCP. ``interfaces`` as for Node; default local-only."""
 
     name = "zmq"
-    needs_liveness = True
+    capabilities = TransportCapabilities(level="frame", peers_can_vanish=True, discovery="mdns")
 
     def __init__(self, *, interfaces: str | Sequence[str] | None = None, hwm: int = 100_000) -> None:
         self.interfaces = interfaces
@@ -302,14 +302,6 @@ class ZmqTransport(Transport):
             sock.bind(f"tcp://{address}:{port}")
         return port
 
-    async def start_discovery(self, node: Any) -> Any:
-        """Start mDNS discovery for ``node`` (see zmesh.discovery)."""
-        try:
-            from ..discovery_glue import start_mdns
-        except ImportError:
-            return None
-        return await start_mdns(node, self)
-
     # -- links and subscriptions -------------------------------------------
 
     def check_endpoint(self, endpoint: str) -> None:
@@ -342,6 +334,13 @@ class ZmqTransport(Transport):
         self._subscribed.discard(pub_endpoint)
         with contextlib.suppress(zmq.ZMQError):
             self._sub.disconnect(pub_endpoint)
+
+    def announce(self) -> None:
+        # libzmq's SUB forwards every SUBSCRIBE, repeats included, and the XPUB
+        # is verbose: each publisher's XPUB sees b"\x01J" + our key again.
+        if self._sub is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._sub.setsockopt(zmq.SUBSCRIBE, b"J" + self._key.encode())
 
     def publish(self, frame: bytes) -> None:
         xpub = self._xpub

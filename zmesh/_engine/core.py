@@ -1,0 +1,511 @@
+"""The mesh protocol engine of one node: frames, commands and time in; effects out.
+
+No asyncio, no sockets, no clock reads: a driver (``zmesh.node.Node``, or the
+simulator in ``zmesh.sim``) feeds it what the transport received and what the
+API layer asked for, with the current time, then carries out
+``engine.effects`` (see :mod:`.effects`) and calls :meth:`Engine.tick` at
+:meth:`Engine.next_deadline`.
+
+Batching: items for the same peer queue until :meth:`Engine.flush` and then
+travel as one frame. While ``hold`` is False (the driver is neither draining
+nor has a flush scheduled), the first item for a peer leaves at once, so a
+lone request pays no batching delay; the driver sees ``has_queued`` and
+schedules a flush for whatever follows.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import msgpack
+
+from .. import codec
+from ..codec import Refuse
+from ..errors import FrameError, InvalidMessage, NodeClosed, ZmeshError
+from ..liveness import LivenessConfig
+from ..message import Message
+from ..registry import NodeRecord, Registry
+from ..topics import matches
+from .effects import CLOSE, DEAD, DELIVER, OPEN, PUBLISH, SEND, Effect
+from .members import Members
+from .requests import Key, Requests
+
+__all__ = ["Engine", "EngineConfig", "LOCAL", "BATCH_BYTES", "MAX_LOGGED_DROPS", "first_endpoint"]
+
+log = logging.getLogger("zmesh")
+
+LOCAL = "\x00local"  # outbox key of this node's own agents
+BATCH_BYTES = 256 * 1024  # a batch is flushed early once it reaches this size
+MAX_LOGGED_DROPS = 1024  # bounds the memory that logging "once per peer and reason" takes
+HEADER_ALLOWANCE = 64 * 1024
+
+
+def first_endpoint(endpoints: tuple[str, ...]) -> str | None:
+    return endpoints[0] if endpoints else None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    mesh: str
+    node_id: str
+    incarnation: str
+    max_payload: int = 1 << 20
+    #: None where the transport itself knows when a peer is gone (in-process).
+    liveness: LivenessConfig | None = LivenessConfig()
+    #: Of a peer's endpoints, the one to dial from here (the transport's scope rule).
+    choose: Callable[[tuple[str, ...]], str | None] = first_endpoint
+    #: Wall-clock seconds, for the timestamp of replies the engine writes itself.
+    wall_clock: Callable[[], float] = lambda: 0.0
+    version: int = codec.PROTOCOL_VERSION
+
+
+class Engine:
+    """One node's side of the mesh protocol."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.mesh = config.mesh
+        self.node_id = config.node_id
+        self.incarnation = config.incarnation
+        self.key = f"{config.node_id}|{config.incarnation}"
+        self.version = config.version
+        self.max_payload = config.max_payload
+        self.max_frame = config.max_payload + HEADER_ALLOWANCE
+        self.liveness = config.liveness
+        self.choose = config.choose
+        self.registry = Registry(config.node_id)
+        self.requests = Requests(self.out)
+        self.members = Members(self)
+        self.effects: list[Effect] = []
+        self.routers: tuple[str, ...] = ()
+        self.pubs: tuple[str, ...] = ()
+        self.seq = 0
+        self.agents: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+        self.hold = False
+        self.started = False
+        self.closed = False
+        self.stats: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self.transitions: Counter[tuple[str, str]] = Counter()
+        self.logged_drops: set[tuple[str, str]] = set()
+        self._outbox: dict[str, list[Any]] = {}
+        self._pub_items: list[bytes] = []
+        self._pub_size = 0
+        self._links = 0
+        self._now = 0.0
+        self._next_tick = math.inf
+        self._pack = msgpack.Packer().pack  # an engine is used from one thread
+
+    # -- plumbing --------------------------------------------------------
+
+    def out(self, effect: Effect) -> None:
+        self.effects.append(effect)
+
+    def take_effects(self) -> list[Effect]:
+        effects, self.effects = self.effects, []
+        return effects
+
+    def open_link(self, endpoint: str) -> int:
+        self._links += 1
+        self.effects.append((OPEN, self._links, endpoint))
+        return self._links
+
+    def frame(self, items: list[bytes]) -> bytes:
+        return codec.join_frame(items)
+
+    def drop(self, reason: str, where: str, detail: str = "") -> None:
+        self.dropped[reason] += 1
+        key = (where, reason)
+        if key not in self.logged_drops and len(self.logged_drops) < MAX_LOGGED_DROPS:
+            self.logged_drops.add(key)
+            log.warning(
+                "zmesh %s: dropped input from %s: %s%s (logged once per peer and reason)",
+                self.node_id, where or "unknown", reason, f" ({detail})" if detail else "",
+            )
+
+    # -- lifecycle -------------------------------------------------------
+
+    def start(self, routers: tuple[str, ...], pubs: tuple[str, ...], now: float) -> None:
+        """The transport is bound at these endpoints (first = preferred)."""
+        self.routers, self.pubs = tuple(routers), tuple(pubs)
+        self.started = True
+        self._now = now
+        self.registry.merge(self.local_record())
+        if self.liveness is not None:
+            self._next_tick = now + self.liveness.heartbeat / 2
+
+    def close(self, now: float) -> None:
+        """Say goodbye to every peer, fail what is pending, close every link."""
+        if self.closed:
+            return
+        self.flush()
+        self.closed = True
+        self._now = now
+        if self.started:
+            bye = self.frame([codec.encode_control(codec.Bye("closed"))])
+            for peer in self.members.peers.values():
+                self.effects.append((SEND, peer.link, bye))
+        self.requests.fail_all(NodeClosed("the node was closed"))
+        for peer in self.members.peers.values():
+            self.effects.append((CLOSE, peer.link))
+        for knock in self.members.knocks.values():
+            self.effects.append((CLOSE, knock.link))
+        self.members.peers.clear()
+        self.members.by_key.clear()
+        self.members.knocks.clear()
+
+    # -- the local record ------------------------------------------------
+
+    def local_record(self) -> NodeRecord:
+        return NodeRecord(
+            node_id=self.node_id,
+            incarnation=self.incarnation,
+            mesh=self.mesh,
+            version=self.version,
+            router=self.routers[0] if self.routers else "",
+            pub=self.pubs[0] if self.pubs else "",
+            routers=self.routers,
+            pubs=self.pubs,
+            seq=self.seq,
+            agents={a: caps for a, (caps, _) in self.agents.items()},
+            subs={a: subs for a, (_, subs) in self.agents.items() if subs},
+        )
+
+    def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str]) -> None:
+        """Host (or update) an agent; its capabilities and subscriptions go to every peer."""
+        self.agents[agent_id] = (capabilities, subscriptions)
+        self._record_changed()
+
+    def remove_agent(self, agent_id: str) -> None:
+        if self.agents.pop(agent_id, None) is not None:
+            self._record_changed()
+
+    def _record_changed(self) -> None:
+        self.seq += 1
+        record = self.local_record()
+        self.registry.merge(record)
+        if not self.started or self.closed:
+            return
+        item = codec.encode_control(codec.Update(record))
+        for peer in self.members.peers.values():
+            self.enqueue(peer.node_id, item)
+
+    def is_settled(self) -> bool:
+        """Has every joined peer acknowledged our latest record?"""
+        return all(p.acked_seq >= self.seq for p in self.members.peers.values() if p.joined)
+
+    @property
+    def peers(self) -> list[str]:
+        """Ids of the peers that have fully joined."""
+        return sorted(p.node_id for p in self.members.peers.values() if p.joined)
+
+    # -- joining ---------------------------------------------------------
+
+    def connect(self, endpoint: str, now: float) -> None:
+        """Join through a member's router endpoint (a seed): knock until it answers."""
+        self._now = now
+        self.members.knock(endpoint, None, now)
+
+    def discovered(self, endpoint: str, now: float) -> None:
+        """A member may live at this endpoint (mDNS, the in-process hub)."""
+        from .members import DISCOVERED_PATIENCE
+
+        self._now = now
+        if not self.closed and endpoint not in self.routers:
+            self.members.knock(endpoint, DISCOVERED_PATIENCE, now)
+
+    def subscriber_ready(self, key: str, now: float) -> None:
+        self._now = now
+        self.members.subscriber_ready(key)
+
+    # -- time ------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        """Run every timer due at ``now``: liveness, knocks, request deadlines."""
+        self._now = now
+        self.requests.expire(now)
+        if self.closed:
+            return
+        if now >= self._next_tick or now >= self.members.next_tick():
+            self.members.tick(now)
+            if self.liveness is not None and now >= self._next_tick:
+                self._next_tick = now + self.liveness.heartbeat / 2
+
+    def next_deadline(self) -> float:
+        if self.closed:
+            return math.inf
+        return min(self._next_tick, self.requests.next_deadline(), self.members.next_tick())
+
+    # -- outbound --------------------------------------------------------
+
+    def enqueue(self, node_id: str, item: bytes) -> None:
+        box = self._outbox.get(node_id)
+        if box is None:
+            if not self.hold and node_id != LOCAL:
+                # A lone item leaves at once; what follows it before the next
+                # flush is batched until the driver flushes.
+                self.hold = True
+                self._flush_one(node_id, [item])
+                return
+            self._outbox[node_id] = [[item], len(item)]
+        else:
+            if box[1] + len(item) > BATCH_BYTES:
+                self._flush_one(node_id, box[0])
+                box[0] = []
+                box[1] = 0
+            box[0].append(item)
+            box[1] += len(item)
+
+    @property
+    def has_queued(self) -> bool:
+        return bool(self._outbox or self._pub_items)
+
+    def discard_outbox(self, node_id: str) -> None:
+        self._outbox.pop(node_id, None)
+
+    def publish(self, item: bytes) -> None:
+        if self._pub_size + len(item) > BATCH_BYTES and self._pub_items:
+            self._flush_pub()
+        self._pub_items.append(item)
+        self._pub_size += len(item)
+
+    def out_publish_beat(self) -> None:
+        self.effects.append((PUBLISH, codec.join_pub_frame(self.node_id, self.seq, [])))
+        self.stats["heartbeats_published"] += 1
+
+    def flush(self) -> None:
+        """Send everything queued, one frame per peer."""
+        self.hold = False
+        while self._outbox or self._pub_items:
+            if self._pub_items:
+                self._flush_pub()
+            outbox, self._outbox = self._outbox, {}
+            for node_id, box in outbox.items():
+                self._flush_one(node_id, box[0])
+
+    def _flush_pub(self) -> None:
+        items, self._pub_items, self._pub_size = self._pub_items, [], 0
+        frame = codec.join_pub_frame(self.node_id, self.seq, items)
+        self.effects.append((PUBLISH, frame))
+        self.stats["frames_published"] += 1
+        self.stats["bytes_published"] += len(frame)
+
+    def _flush_one(self, node_id: str, items: list[bytes]) -> None:
+        if not items:
+            return
+        frame = codec.join_frame(items)
+        if node_id == LOCAL:
+            self._direct(None, frame)
+            return
+        peer = self.members.peers.get(node_id)
+        if peer is None:
+            self.stats["items_to_departed_peers"] += len(items)
+            return
+        self.effects.append((SEND, peer.link, frame))
+        self.stats["frames_sent"] += 1
+        self.stats["bytes_sent"] += len(frame)
+        peer.last_sent = self._now
+
+    def route(self, target: str) -> str | None:
+        """Outbox key for an agent id (LOCAL or a node id), or None when no node hosts it."""
+        if target in self.agents:
+            return LOCAL
+        node_id = self.registry.node_of(target)
+        if node_id is None:
+            # A peer whose HELLO arrived but whose SUB is not attached yet can
+            # already send us requests; its replies must still find it.
+            for peer in self.members.peers.values():
+                if not peer.joined and target in peer.record.agents:
+                    return peer.node_id
+        return node_id
+
+    # -- local commands --------------------------------------------------
+
+    def encode(self, msg: Message) -> bytes:
+        return codec.encode_message(msg, self.max_payload, self._pack)
+
+    def send(self, msg: Message) -> bool:
+        """Queue a message to its target; False (nothing sent) when no node hosts it.
+
+        Raises InvalidMessage when it cannot be encoded, NodeClosed when closed.
+        """
+        if self.closed:
+            raise NodeClosed(f"node {self.node_id!r} is closed")
+        route = self.route(msg.target)
+        if route is None:
+            return False
+        self.enqueue(route, self.encode(msg))
+        self.stats["messages_sent"] += 1
+        return True
+
+    def request(self, msg: Message, deadline: float, now: float) -> Key | None:
+        """Send a request and track its reply until ``deadline``; None when unroutable."""
+        if self.closed:
+            raise NodeClosed(f"node {self.node_id!r} is closed")
+        self._now = now
+        route = self.route(msg.target)
+        if route is None:
+            return None
+        key = (msg.reply_to, msg.correlation_id)
+        if key in self.requests:
+            raise InvalidMessage(f"a request with correlation id {msg.correlation_id!r} is already pending")
+        item = self.encode(msg)
+        self.requests.add(msg, self.node_id if route == LOCAL else route, deadline)
+        self.enqueue(route, item)
+        self.stats["requests_sent"] += 1
+        return key
+
+    def forget_request(self, key: Key) -> None:
+        self.requests.forget(key)
+
+    def reply(self, reply: Message) -> None:
+        """Send a reply; dead-lettered here when its requester is gone."""
+        route = self.route(reply.target)
+        if route is None:
+            self.effects.append((DEAD, reply, "not_found", "the requester is gone", reply.target))
+            return
+        try:
+            item = self.encode(reply)
+        except InvalidMessage as exc:
+            # The handler's result cannot travel: tell the requester instead.
+            reply.status = "error"
+            reply.payload = {"type": "InvalidMessage", "message": str(exc)}
+            item = self.encode(reply)
+        self.enqueue(route, item)
+
+    def reply_status(self, msg: Message, status: str, payload: Any) -> None:
+        """Answer request ``msg`` with ``status`` ("ok", or why it failed here)."""
+        self.reply(
+            Message("result", msg.target, msg.reply_to or msg.sender, msg.topic, payload,
+                    msg.correlation_id, "", msg.priority, msg.qos, None, self.config.wall_clock(),
+                    msg.trace_id, status)
+        )
+
+    def broadcast(self, msg: Message) -> int:
+        """Publish to every subscribed agent; returns how many (other than the sender) it reaches."""
+        if self.closed:
+            raise NodeClosed(f"node {self.node_id!r} is closed")
+        item = self.encode(msg)
+        reached = 0
+        remote = local = False
+        for agent_id, node_id in self.registry.subscribers(msg.topic):
+            if agent_id == msg.sender:
+                continue
+            reached += 1
+            if node_id == self.node_id:
+                local = True
+            else:
+                remote = True
+        if local:
+            self.enqueue(LOCAL, item)
+        if remote:
+            self.publish(item)
+        self.stats["broadcasts"] += 1
+        return reached
+
+    # -- inbound ---------------------------------------------------------
+
+    def receive_direct(self, key: str, frame: bytes, now: float) -> None:
+        """A frame arrived on our direct inbox from the sender with this key."""
+        self._now = now
+        self.stats["bytes_received"] += len(frame)
+        self._direct(key, frame)
+
+    def _direct(self, key: str | None, frame: bytes) -> None:
+        where = key or self.node_id
+        try:
+            items = codec.decode_frame(frame, self.max_frame)
+        except FrameError as exc:
+            self.drop(exc.reason, where, exc.detail)
+            return
+        members = self.members
+        peer = None
+        if key is not None:
+            peer = members.by_key.get(key)
+            if peer is not None:
+                peer.last_heard = self._now
+                if peer.state == "evasive":
+                    members._move(peer, "heard")
+        self.stats["frames_received"] += 1
+        for item in items:
+            try:
+                kind = item[0]
+                if kind == codec.MSG:
+                    if key is not None and peer is None:
+                        raise FrameError("unknown_peer", "message before hello")
+                    self._on_message(codec.message_from_item(item), peer)
+                elif key is None:
+                    raise FrameError("malformed", "control item on loopback")
+                else:
+                    control = codec.parse_control(item)
+                    if isinstance(control, codec.Hello):
+                        members.on_hello(key, control, self._now)
+                        peer = members.by_key.get(key)
+                    elif isinstance(control, Refuse):
+                        members.on_refuse(control)
+                    elif peer is None:
+                        raise FrameError("unknown_peer", f"item kind {kind} before hello")
+                    else:
+                        members.on_control(peer, control, self._now)
+                        if peer.node_id not in members.peers:
+                            peer = None  # it said BYE
+            except FrameError as exc:
+                self.drop(exc.reason, where, exc.detail)
+            except ZmeshError as exc:
+                self.drop("rejected", where, str(exc))
+
+    def receive_published(self, frame: bytes, now: float) -> None:
+        """A frame arrived from a publisher we are attached to."""
+        self._now = now
+        self.stats["bytes_received"] += len(frame)
+        try:
+            node_id, seq, items = codec.decode_pub_frame(frame, self.max_frame)
+        except FrameError as exc:
+            self.drop(exc.reason, "publisher")
+            return
+        peer = self.members.peers.get(node_id)
+        if peer is None:
+            self.drop("unknown_publisher", node_id)
+            return
+        peer.last_heard = now
+        if peer.state == "evasive":
+            self.members._move(peer, "heard")
+        self.stats["frames_received"] += 1
+        for item in items:
+            try:
+                if item[0] != codec.MSG:
+                    raise FrameError("unknown_item", "only messages are published")
+                msg = codec.message_from_item(item)
+                if msg.target:
+                    raise FrameError("malformed", "published message with a target")
+                if msg.sender not in peer.record.agents and seq <= peer.record.seq:
+                    raise FrameError("spoofed_sender", msg.sender)
+                self._fan_out(msg)
+            except FrameError as exc:
+                self.drop(exc.reason, node_id, exc.detail)
+
+    def _on_message(self, msg: Message, peer: Any) -> None:
+        if peer is not None and msg.sender not in peer.record.agents:
+            raise FrameError("spoofed_sender", msg.sender)
+        self.stats["messages_received"] += 1
+        if msg.type == "result" and msg.correlation_id:
+            if not self.requests.resolve(msg):
+                self.stats["late_replies"] += 1
+        elif not msg.target:
+            self._fan_out(msg)
+        elif msg.target in self.agents:
+            self.effects.append((DELIVER, msg.target, msg, False))
+        else:
+            why = f"agent {msg.target!r} is not registered on node {self.node_id!r}"
+            self.effects.append((DEAD, msg, "not_found", why, msg.target))
+            if msg.correlation_id:
+                self.reply_status(msg, "not_found", why)
+
+    def _fan_out(self, msg: Message) -> None:
+        for agent_id, (_, subs) in self.agents.items():
+            if agent_id != msg.sender and subs and any(matches(p, msg.topic) for p in subs):
+                self.effects.append((DELIVER, agent_id, msg, True))

@@ -1,0 +1,356 @@
+"""Membership: knocking on endpoints, the HELLO handshake, registry updates and
+their acknowledgements, liveness, restarts and departures. No I/O: links are
+ids, and everything to do goes out as effects (see :mod:`.effects`).
+
+Every state change goes through :func:`.states.step`, so the table in
+:mod:`.states` is the whole story.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..codec import Ack, Bye, Control, Hello, Ping, Pong, Refuse, Update, encode_control
+from ..errors import FrameError
+from ..registry import MeshEvent, NodeRecord
+from ..transport.base import endpoint_host, is_loopback_endpoint
+from .effects import ACKED, ANNOUNCE, CLOSE, EVENT, REDISCOVER, SEND, SUBSCRIBE, UNSUBSCRIBE
+from .states import step
+
+if TYPE_CHECKING:
+    from .core import Engine
+
+__all__ = ["Members", "Peer", "Knock", "SEED_RETRY", "SEED_RETRY_MAX", "DISCOVERED_PATIENCE",
+           "LOST_PATIENCE", "MAX_READY_KEYS"]
+
+log = logging.getLogger("zmesh")
+
+SEED_RETRY = 1.0
+SEED_RETRY_MAX = 10.0
+DISCOVERED_PATIENCE = 10.0  # an endpoint heard of second-hand is not knocked on forever
+LOST_PATIENCE = 300.0  # a peer that went silent is knocked on this long (a cut link may heal)
+MAX_READY_KEYS = 1024  # subscribers seen before their HELLO, remembered at most
+
+
+@dataclass(slots=True, eq=False)
+class Peer:
+    node_id: str
+    incarnation: str
+    key: str
+    link: int
+    router: str
+    pub: str
+    record: NodeRecord
+    state: str
+    since: float
+    last_heard: float
+    last_sent: float
+    last_knock: float
+    acked_seq: int = -1
+    was_joined: bool = False
+
+    @property
+    def joined(self) -> bool:
+        return self.state == "joined" or self.state == "evasive"
+
+
+@dataclass(slots=True, eq=False)
+class Knock:
+    """An endpoint we say HELLO to until its node answers, refuses, or we give up."""
+
+    endpoint: str
+    link: int
+    state: str = "knocking"
+    next_try: float = 0.0
+    give_up_at: float = 0.0  # 0: never (a seed the user gave)
+    interval: float = SEED_RETRY
+    node_id: str = ""  # set when knocking on a lost peer's address
+    refusal: str = ""
+
+
+class Members:
+    """The peers and knocks of one engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.e = engine
+        self.peers: dict[str, Peer] = {}
+        self.by_key: dict[str, Peer] = {}
+        self.knocks: dict[str, Knock] = {}
+        self.ready_keys: dict[str, None] = {}
+
+    # -- transitions -----------------------------------------------------
+
+    def _move(self, obj: Peer | Knock, event: str) -> None:
+        new = step(obj.state, event)
+        self.e.transitions[(obj.state, event)] += 1
+        obj.state = new
+
+    # -- knocking --------------------------------------------------------
+
+    def knock(self, endpoint: str, patience: float | None, now: float, node_id: str = "") -> Knock | None:
+        """Say HELLO to ``endpoint`` until answered; ``patience`` None: forever."""
+        e = self.e
+        if endpoint in self.knocks or endpoint in e.routers:
+            return None
+        if any(endpoint in p.record.routers or p.router == endpoint for p in self.peers.values()):
+            return None
+        knock = Knock(endpoint, e.open_link(endpoint), next_try=now + SEED_RETRY, node_id=node_id)
+        if patience is not None:
+            knock.give_up_at = now + patience
+        self.knocks[endpoint] = knock
+        self.send_hello(knock.link, reply=True)
+        return knock
+
+    def _drop_knock(self, knock: Knock) -> None:
+        self.e.out((CLOSE, knock.link))
+        del self.knocks[knock.endpoint]
+
+    def send_hello(self, link: int, reply: bool) -> None:
+        peers = tuple((p.node_id, p.record.routers or (p.router,)) for p in self.peers.values())
+        frame = self.e.frame([encode_control(Hello(self.e.local_record(), peers, reply))])
+        self.e.out((SEND, link, frame))
+
+    # -- the handshake ---------------------------------------------------
+
+    def on_hello(self, key: str, hello: Hello, now: float) -> None:
+        e = self.e
+        record = hello.record
+        if key != f"{record.node_id}|{record.incarnation}":
+            raise FrameError("spoofed_hello", "identity does not match record")
+        if record.node_id == e.node_id:
+            raise FrameError("self", "hello from a node with our own id")
+        if record.mesh != e.mesh:
+            self.refuse(record, f"mesh {record.mesh!r} is not {e.mesh!r}")
+            return
+        if record.version != e.version:
+            self.refuse(record, f"protocol version {record.version} is not {e.version}")
+            return
+        peer = self.peers.get(record.node_id)
+        if peer is not None and peer.incarnation != record.incarnation:
+            if record.incarnation < peer.incarnation:
+                raise FrameError("stale_incarnation", record.node_id)
+            log.info("zmesh %s: node %s restarted", e.node_id, peer.node_id)
+            # The old record stays in the registry until the new incarnation
+            # joins and replaces it in one step (peer_restarted, no leave/join storm).
+            self._move(peer, "restarted")
+            self.detach(peer, "restarted")
+            peer = None
+        if peer is None:
+            peer = self.add_peer(record, key, now)
+        else:
+            peer.last_heard = now
+            if hello.reply:
+                # It knocks although we count it as a peer: it lost us (it
+                # expired us while our loop stalled, say). Tell every publisher
+                # we are attached to that we are, so it can count us again.
+                self._move(peer, "reset")
+                e.out((ANNOUNCE,))
+            else:
+                self._move(peer, "hello")
+            self.accept_record(peer, record)
+        if hello.reply:
+            self.send_hello(peer.link, reply=False)
+        # 127.x in the sender's list means the sender's host: only usable when
+        # that is our host too (we reach the sender itself over loopback).
+        same_host = is_loopback_endpoint(peer.router)
+        for node_id, routers in hello.peers:
+            if node_id == e.node_id or node_id in self.peers:
+                continue
+            usable = tuple(r for r in routers if same_host or not is_loopback_endpoint(r))
+            endpoint = e.choose(usable)
+            if endpoint is not None:
+                self.knock(endpoint, DISCOVERED_PATIENCE, now)
+
+    def add_peer(self, record: NodeRecord, key: str, now: float) -> Peer:
+        e = self.e
+        knock = next((k for k in self.knocks.values() if k.endpoint in record.routers), None)
+        if knock is not None:
+            router: str | None = knock.endpoint
+            same = [p for p in record.pubs if endpoint_host(p) == endpoint_host(knock.endpoint)]
+            pub = same[0] if same else e.choose(record.pubs)
+        else:
+            router = e.choose(record.routers)
+            pub = e.choose(record.pubs)
+        if router is None or pub is None:
+            raise FrameError("unreachable", f"no endpoint of {record.node_id!r} is reachable from here")
+        for old in [k for k in self.knocks.values() if k.node_id == record.node_id and k is not knock]:
+            self._drop_knock(old)  # knocking on an old incarnation's address
+        if knock is not None:
+            self._move(knock, "answered")
+            del self.knocks[knock.endpoint]
+            link = knock.link
+        else:
+            link = e.open_link(router)
+        peer = Peer(record.node_id, record.incarnation, key, link, router, pub, record,
+                    "connecting", now, now, now, now)
+        self.peers[record.node_id] = peer
+        self.by_key[key] = peer
+        e.out((SUBSCRIBE, pub))
+        if self.ready_keys.pop(key, 0) is None:
+            self.ready(peer)
+        return peer
+
+    def subscriber_ready(self, key: str) -> None:
+        """The peer with this key now receives our publications."""
+        peer = self.by_key.get(key)
+        if peer is None:
+            if len(self.ready_keys) < MAX_READY_KEYS:
+                self.ready_keys[key] = None
+            return
+        self.ready(peer)
+
+    def ready(self, peer: Peer) -> None:
+        was_joined = peer.joined
+        self._move(peer, "ready")
+        if was_joined:
+            return
+        peer.was_joined = True
+        e = self.e
+        self.merge_and_ack(peer)
+        if peer.acked_seq < e.seq:
+            # Our record may have changed since our HELLO went out.
+            e.enqueue(peer.node_id, encode_control(Update(e.local_record())))
+
+    def merge_and_ack(self, peer: Peer) -> None:
+        e = self.e
+        for event in e.registry.merge(peer.record):
+            e.out((EVENT, event))
+        e.enqueue(peer.node_id, encode_control(Ack(peer.record.seq)))
+
+    def accept_record(self, peer: Peer, record: NodeRecord) -> None:
+        if record.seq < peer.record.seq:
+            return
+        peer.record = record
+        if peer.joined:
+            self.merge_and_ack(peer)
+
+    def refuse(self, record: NodeRecord, reason: str) -> None:
+        e = self.e
+        e.drop("refused", record.node_id, f"refused node {record.node_id!r}: {reason}")
+        e.out((EVENT, MeshEvent("peer_refused", record.node_id, detail=reason)))
+        endpoint = e.choose(record.routers)
+        if endpoint is None:
+            return
+        link = e.open_link(endpoint)
+        refusal = Refuse(reason, e.node_id, e.routers)
+        e.out((SEND, link, e.frame([encode_control(refusal)])))
+        e.out((CLOSE, link))
+
+    def on_refuse(self, refuse: Refuse) -> None:
+        e = self.e
+        waiting = [k for k in self.knocks.values() if k.state == "knocking"]
+        matched = [k for k in waiting if k.endpoint in refuse.endpoints]
+        for knock in matched or waiting:  # a seed spelled differently: stop all that wait
+            self._move(knock, "refused")
+            knock.refusal = refuse.reason
+        if (refuse.node_id, "refused_us") not in e.logged_drops:
+            e.logged_drops.add((refuse.node_id, "refused_us"))
+            log.error("zmesh %s: refused by node %r: %s", e.node_id, refuse.node_id, refuse.reason)
+        e.out((EVENT, MeshEvent("peer_refused", refuse.node_id, detail=refuse.reason)))
+
+    # -- departures ------------------------------------------------------
+
+    def detach(self, peer: Peer, why: str) -> None:
+        """Forget a peer's connection: link, subscription, queued items, pending requests."""
+        e = self.e
+        del self.peers[peer.node_id]
+        self.by_key.pop(peer.key, None)
+        e.discard_outbox(peer.node_id)
+        e.out((CLOSE, peer.link))
+        e.out((UNSUBSCRIBE, peer.pub))
+        e.requests.fail_to(peer.node_id, f"node {peer.node_id!r} {why}")
+
+    def remove(self, peer: Peer, event: str, why: str, now: float) -> None:
+        e = self.e
+        self._move(peer, event)
+        self.detach(peer, why)
+        for mesh_event in e.registry.remove(peer.node_id, why):
+            e.out((EVENT, mesh_event))
+        e.out((ACKED,))
+        log.info("zmesh %s: peer %s left (%s)", e.node_id, peer.node_id, why)
+        if event == "silent" and not e.closed:
+            # Silence may be a cut link or a stalled loop, not a death: keep
+            # knocking (with backoff) so the peer rejoins when it comes back.
+            patience = LOST_PATIENCE if peer.was_joined else DISCOVERED_PATIENCE
+            knock = self.knock(peer.router, patience, now, node_id=peer.node_id)
+            if knock is not None:
+                knock.node_id = peer.node_id
+            e.out((REDISCOVER,))
+
+    # -- control items ---------------------------------------------------
+
+    def on_control(self, peer: Peer, item: Control, now: float) -> None:
+        e = self.e
+        cls = item.__class__
+        if cls is Ping:
+            assert isinstance(item, Ping)
+            if item.want_pong:
+                e.enqueue(peer.node_id, encode_control(Pong()))
+        elif cls is Ack:
+            assert isinstance(item, Ack)
+            if item.seq > peer.acked_seq:
+                peer.acked_seq = item.seq
+                e.out((ACKED,))
+        elif cls is Update:
+            assert isinstance(item, Update)
+            record = item.record
+            if record.node_id != peer.node_id or record.incarnation != peer.incarnation:
+                raise FrameError("spoofed_update", record.node_id)
+            self.accept_record(peer, record)
+        elif cls is Bye:
+            self.remove(peer, "bye", "left", now)
+        elif cls is Pong:
+            pass
+        else:
+            raise FrameError("unknown_item", cls.__name__)
+
+    # -- time ------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        e = self.e
+        config = e.liveness
+        if config is not None:
+            beat = False
+            for peer in list(self.peers.values()):
+                silence = now - peer.last_heard
+                if silence >= config.expire_after:
+                    self.remove(peer, "silent", "expired", now)
+                    continue
+                if silence >= config.evasive_after and peer.state == "joined":
+                    self._move(peer, "quiet")
+                    e.out((EVENT, MeshEvent("peer_evasive", peer.node_id)))
+                    e.enqueue(peer.node_id, encode_control(Ping(True)))
+                elif peer.state == "connecting":
+                    if now - peer.last_knock >= 2 * config.heartbeat:
+                        # Still not attached: knock again, so a peer that counts
+                        # us as joined already re-announces its attachment.
+                        peer.last_knock = now
+                        self.send_hello(peer.link, reply=True)
+                    elif now - peer.last_sent >= config.heartbeat:
+                        e.enqueue(peer.node_id, encode_control(Ping(silence >= config.evasive_after)))
+                elif now - peer.last_sent >= config.heartbeat:
+                    beat = True  # its SUB is attached: our one published beat reaches it
+            if beat:
+                # One empty publish frame is a heartbeat to every joined peer at
+                # once: idle cost per node stays O(1) sends, not O(N).
+                e.out_publish_beat()
+                for peer in self.peers.values():
+                    if peer.state != "connecting":
+                        peer.last_sent = now
+        for knock in list(self.knocks.values()):
+            if knock.give_up_at and now >= knock.give_up_at:
+                if knock.state == "knocking":
+                    log.warning("zmesh %s: no answer from %s; giving up on it", e.node_id, knock.endpoint)
+                self._move(knock, "give_up")
+                self._drop_knock(knock)
+            elif knock.state == "knocking" and now >= knock.next_try:
+                self._move(knock, "retry")
+                knock.next_try = now + knock.interval
+                knock.interval = min(knock.interval * 1.5, SEED_RETRY_MAX)
+                self.send_hello(knock.link, reply=True)
+
+    def next_tick(self) -> float:
+        """When ``tick`` next has something to do, at the latest."""
+        return min((k.next_try for k in self.knocks.values() if k.state == "knocking"), default=float("inf"))

@@ -1,0 +1,115 @@
+"""Requests waiting for replies: who they went to, and their deadlines.
+
+Deadlines sit in one heap, so the engine needs one timer for all of them,
+not one per request; entries of answered requests stay in the heap until
+their deadline passes or a compaction drops them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import PeerLost, Timeout
+from ..message import Message
+from .effects import FAILED, REPLIED
+
+__all__ = ["Pending", "Requests"]
+
+Key = tuple[str, str]  # (requesting agent, correlation id)
+
+
+@dataclass(slots=True, eq=False)
+class Pending:
+    key: Key
+    node_id: str  # the node the request went to
+    deadline: float
+    message: Message
+    done: bool = False
+
+
+class Requests:
+    """The pending requests of one engine."""
+
+    __slots__ = ("_pending", "_heap", "_emit")
+
+    def __init__(self, emit: Callable[[tuple[Any, ...]], None]) -> None:
+        self._pending: dict[Key, Pending] = {}
+        self._heap: list[tuple[float, int, Pending]] = []
+        self._emit = emit
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._pending
+
+    def keys(self) -> list[Key]:
+        return list(self._pending)
+
+    def to_node(self, node_id: str) -> list[Key]:
+        return [k for k, p in self._pending.items() if p.node_id == node_id]
+
+    def add(self, msg: Message, node_id: str, deadline: float) -> Key:
+        key = (msg.reply_to, msg.correlation_id)
+        pending = Pending(key, node_id, deadline, msg)
+        self._pending[key] = pending
+        heap = self._heap
+        if len(heap) > 1024 and len(heap) > 4 * len(self._pending):
+            heap[:] = [(p.deadline, id(p), p) for p in self._pending.values()]
+            heapq.heapify(heap)
+        else:
+            heapq.heappush(heap, (deadline, id(pending), pending))
+        return key
+
+    def forget(self, key: Key) -> None:
+        """The caller gave up (cancelled): no reply is wanted any more."""
+        pending = self._pending.pop(key, None)
+        if pending is not None:
+            pending.done = True
+
+    def resolve(self, msg: Message) -> bool:
+        """A reply arrived; False when nobody waits for it (late or unknown)."""
+        pending = self._pending.pop((msg.target, msg.correlation_id), None)
+        if pending is None:
+            return False
+        pending.done = True
+        self._emit((REPLIED, pending.key, msg))
+        return True
+
+    def fail_to(self, node_id: str, why: str) -> None:
+        """The node the requests went to is gone: fail them all with PeerLost."""
+        for key in self.to_node(node_id):
+            pending = self._pending.pop(key)
+            pending.done = True
+            self._emit((FAILED, key, PeerLost(f"{why} before replying")))
+
+    def fail_all(self, error: Exception) -> None:
+        for key, pending in list(self._pending.items()):
+            pending.done = True
+            self._emit((FAILED, key, error))
+        self._pending.clear()
+        self._heap.clear()
+
+    def expire(self, now: float) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= now + 1e-9:
+            _, _, pending = heapq.heappop(heap)
+            if pending.done:
+                continue
+            pending.done = True
+            del self._pending[pending.key]
+            msg = pending.message
+            self._emit(
+                (FAILED, pending.key, Timeout(f"no reply from {msg.target!r} to {msg.topic!r} within the timeout"))
+            )
+        while heap and heap[0][2].done:
+            heapq.heappop(heap)
+
+    def next_deadline(self) -> float:
+        heap = self._heap
+        while heap and heap[0][2].done:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else math.inf
