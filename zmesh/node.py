@@ -25,6 +25,7 @@ from ._context import current_trace_id, trace_context
 from ._dispatch import Dispatch
 from ._engine import Engine, EngineConfig
 from ._engine import effects as fx
+from ._watch import Watch
 from .agent import Agent
 from .clock import Clock, SystemClock, TimerHandle
 from .deadletters import DeadLetters
@@ -32,6 +33,7 @@ from .errors import AgentExists, NodeClosed, Timeout, TransportError, ZmeshError
 from .liveness import LivenessConfig
 from .observer import Observer
 from .registry import MeshEvent, Registry
+from .transport import make_transport
 from .transport.base import Link, Transport
 
 if TYPE_CHECKING:
@@ -40,20 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["Node", "current_trace_id", "trace_context"]
 
 log = logging.getLogger("zmesh")
-
-
-def _make_transport(spec: str | Transport, interfaces: str | Sequence[str] | None) -> Transport:
-    if isinstance(spec, Transport):
-        return spec
-    if spec == "inproc":
-        from .transport.inproc import InprocTransport
-
-        return InprocTransport()
-    if spec == "zmq":
-        from .transport.zmq import ZmqTransport
-
-        return ZmqTransport(interfaces=interfaces)
-    raise ValueError(f"unknown transport {spec!r}: use 'zmq', 'inproc' or a Transport instance")
 
 
 def _check_name(what: str, value: object) -> None:
@@ -103,7 +91,7 @@ class Node:
         self.settle_timeout = settle_timeout
         self.interfaces = interfaces
         self.discovery_enabled = discovery
-        self.transport = _make_transport(transport, interfaces)
+        self.transport = make_transport(transport, interfaces)
         caps = self.transport.capabilities
         if caps.level != "frame":
             raise TransportError(
@@ -130,9 +118,8 @@ class Node:
             self.transport.check_endpoint(endpoint)  # a typo fails here, not silently later
         self._agents: dict[str, Agent] = {}
         self._links: dict[int, Link] = {}
-        self._event_queues: list[asyncio.Queue[MeshEvent]] = []
+        self._watch = Watch(self.id)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._settle_waiters: list[asyncio.Future[None]] = []
         self._stats: Counter[str] = Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: TimerHandle | None = None
@@ -206,16 +193,13 @@ class Node:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._wake_settle_waiters()
+        self._watch.wake()
         for link in self._links.values():
             link.close()
         self._links.clear()
         if self._started:
             await self.transport.close()
-        for queue in self._event_queues:  # ends every events() iterator
-            if queue.full():
-                queue.get_nowait()
-            queue.put_nowait(MeshEvent("peer_left", self.id, detail="closed"))
+        self._watch.end()
 
     @property
     def closed(self) -> bool:
@@ -343,9 +327,9 @@ class Node:
         elif op == fx.ANNOUNCE:
             self.transport.announce()
         elif op == fx.EVENT:
-            self._emit(effect[1])
+            self._watch.emit(effect[1])
         elif op == fx.ACKED:
-            self._wake_settle_waiters()
+            self._watch.wake()
         elif op == fx.DEAD:
             self._dispatch.dead(effect[1], effect[2], effect[3], effect[4])
         elif op == fx.REDISCOVER:
@@ -413,35 +397,14 @@ class Node:
 
     def events(self, maxsize: int = 1000) -> AsyncIterator[MeshEvent]:
         """Async iterator of MeshEvents (peer/agent joined/left, evasive, restarted)."""
-        queue: asyncio.Queue[MeshEvent] = asyncio.Queue(maxsize)
-        self._event_queues.append(queue)
-
-        async def iterate() -> AsyncIterator[MeshEvent]:
-            try:
-                while True:
-                    event = await queue.get()
-                    if event.kind == "peer_left" and event.node_id == self.id:
-                        return
-                    yield event
-            finally:
-                if queue in self._event_queues:
-                    self._event_queues.remove(queue)
-
-        return iterate()
-
-    def _emit(self, event: MeshEvent) -> None:
-        log.debug("zmesh %s: %s", self.id, event)
-        for queue in self._event_queues:
-            if queue.full():
-                queue.get_nowait()
-                self._stats["events_overflowed"] += 1
-            queue.put_nowait(event)
+        return self._watch.events(maxsize)
 
     def stats(self) -> dict[str, Any]:
         """Counters: traffic, drops by reason, pending requests, peers, dead letters."""
         engine = self._engine
         out: dict[str, Any] = dict(engine.stats)
         out.update(self._stats)
+        out.update(self._watch.stats)
         out.update(self._dispatch.stats)
         out["dropped"] = dict(engine.dropped)
         out["dropped_total"] = sum(engine.dropped.values())
@@ -459,27 +422,9 @@ class Node:
 
         Returns False if ``timeout`` (default ``settle_timeout``) ran out first.
         """
-        deadline = time.monotonic() + (self.settle_timeout if timeout is None else timeout)
-        while not self._closed and not self._engine.is_settled():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            waiter = asyncio.get_running_loop().create_future()
-            self._settle_waiters.append(waiter)
-            try:
-                await asyncio.wait_for(waiter, remaining)
-            except asyncio.TimeoutError:
-                return False
-            finally:
-                if waiter in self._settle_waiters:
-                    self._settle_waiters.remove(waiter)
-        return not self._closed
-
-    def _wake_settle_waiters(self) -> None:
-        waiters, self._settle_waiters = self._settle_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        return await self._watch.settled(
+            lambda: self._closed or self._engine.is_settled(), self.settle_timeout if timeout is None else timeout
+        ) and not self._closed
 
     async def wait_for_agents(self, *agent_ids: str, timeout: float = 10.0) -> None:
         """Wait until every given agent id is in the registry; Timeout otherwise."""

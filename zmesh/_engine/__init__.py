@@ -6,9 +6,10 @@ commands and the current time, and leaves effects for its driver; see
 per-peer state and transition.
 """
 
-from .core import LOCAL, Engine, EngineConfig
+from .config import LOCAL, EngineConfig, first_endpoint
+from .core import Engine
 from .members import Knock, Peer
 from .requests import Pending
 from .states import STATES, TRANSITIONS
 
-__all__ = ["Engine", "EngineConfig", "LOCAL", "Peer", "Knock", "Pending", "STATES", "TRANSITIONS"]
+__all__ = ["Engine", "EngineConfig", "first_endpoint", "LOCAL", "Peer", "Knock", "Pending", "STATES", "TRANSITIONS"]

@@ -18,50 +18,23 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import msgpack
 
 from .. import codec
-from ..codec import Refuse
-from ..errors import FrameError, InvalidMessage, NodeClosed, ZmeshError
-from ..liveness import LivenessConfig
+from ..errors import InvalidMessage, NodeClosed
 from ..message import Message
 from ..registry import NodeRecord, Registry
-from ..topics import matches
-from .effects import CLOSE, DEAD, DELIVER, OPEN, PUBLISH, SEND, Effect
+from . import inbound
+from .config import BATCH_BYTES, HEADER_ALLOWANCE, LOCAL, MAX_LOGGED_DROPS, EngineConfig, first_endpoint
+from .effects import CLOSE, DEAD, OPEN, PUBLISH, SEND, Effect
 from .members import Members
 from .requests import Key, Requests
 
-__all__ = ["Engine", "EngineConfig", "LOCAL", "BATCH_BYTES", "MAX_LOGGED_DROPS", "first_endpoint"]
+__all__ = ["Engine", "EngineConfig", "first_endpoint"]
 
 log = logging.getLogger("zmesh")
-
-LOCAL = "\x00local"  # outbox key of this node's own agents
-BATCH_BYTES = 256 * 1024  # a batch is flushed early once it reaches this size
-MAX_LOGGED_DROPS = 1024  # bounds the memory that logging "once per peer and reason" takes
-HEADER_ALLOWANCE = 64 * 1024
-
-
-def first_endpoint(endpoints: tuple[str, ...]) -> str | None:
-    return endpoints[0] if endpoints else None
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    mesh: str
-    node_id: str
-    incarnation: str
-    max_payload: int = 1 << 20
-    #: None where the transport itself knows when a peer is gone (in-process).
-    liveness: LivenessConfig | None = LivenessConfig()
-    #: Of a peer's endpoints, the one to dial from here (the transport's scope rule).
-    choose: Callable[[tuple[str, ...]], str | None] = first_endpoint
-    #: Wall-clock seconds, for the timestamp of replies the engine writes itself.
-    wall_clock: Callable[[], float] = lambda: 0.0
-    version: int = codec.PROTOCOL_VERSION
-
 
 class Engine:
     """One node's side of the mesh protocol."""
@@ -299,7 +272,7 @@ class Engine:
             return
         frame = codec.join_frame(items)
         if node_id == LOCAL:
-            self._direct(None, frame)
+            inbound.direct(self, None, frame)
             return
         peer = self.members.peers.get(node_id)
         if peer is None:
@@ -413,99 +386,14 @@ class Engine:
         """A frame arrived on our direct inbox from the sender with this key."""
         self._now = now
         self.stats["bytes_received"] += len(frame)
-        self._direct(key, frame)
-
-    def _direct(self, key: str | None, frame: bytes) -> None:
-        where = key or self.node_id
-        try:
-            items = codec.decode_frame(frame, self.max_frame)
-        except FrameError as exc:
-            self.drop(exc.reason, where, exc.detail)
-            return
-        members = self.members
-        peer = None
-        if key is not None:
-            peer = members.by_key.get(key)
-            if peer is not None:
-                peer.last_heard = self._now
-                if peer.state == "evasive":
-                    members._move(peer, "heard")
-        self.stats["frames_received"] += 1
-        for item in items:
-            try:
-                kind = item[0]
-                if kind == codec.MSG:
-                    if key is not None and peer is None:
-                        raise FrameError("unknown_peer", "message before hello")
-                    self._on_message(codec.message_from_item(item), peer)
-                elif key is None:
-                    raise FrameError("malformed", "control item on loopback")
-                else:
-                    control = codec.parse_control(item)
-                    if isinstance(control, codec.Hello):
-                        members.on_hello(key, control, self._now)
-                        peer = members.by_key.get(key)
-                    elif isinstance(control, Refuse):
-                        members.on_refuse(control)
-                    elif peer is None:
-                        raise FrameError("unknown_peer", f"item kind {kind} before hello")
-                    else:
-                        members.on_control(peer, control, self._now)
-                        if peer.node_id not in members.peers:
-                            peer = None  # it said BYE
-            except FrameError as exc:
-                self.drop(exc.reason, where, exc.detail)
-            except ZmeshError as exc:
-                self.drop("rejected", where, str(exc))
+        inbound.direct(self, key, frame)
 
     def receive_published(self, frame: bytes, now: float) -> None:
         """A frame arrived from a publisher we are attached to."""
         self._now = now
-        self.stats["bytes_received"] += len(frame)
-        try:
-            node_id, seq, items = codec.decode_pub_frame(frame, self.max_frame)
-        except FrameError as exc:
-            self.drop(exc.reason, "publisher")
-            return
-        peer = self.members.peers.get(node_id)
-        if peer is None:
-            self.drop("unknown_publisher", node_id)
-            return
-        peer.last_heard = now
-        if peer.state == "evasive":
-            self.members._move(peer, "heard")
-        self.stats["frames_received"] += 1
-        for item in items:
-            try:
-                if item[0] != codec.MSG:
-                    raise FrameError("unknown_item", "only messages are published")
-                msg = codec.message_from_item(item)
-                if msg.target:
-                    raise FrameError("malformed", "published message with a target")
-                if msg.sender not in peer.record.agents and seq <= peer.record.seq:
-                    raise FrameError("spoofed_sender", msg.sender)
-                self._fan_out(msg)
-            except FrameError as exc:
-                self.drop(exc.reason, node_id, exc.detail)
+        inbound.published(self, frame)
 
-    def _on_message(self, msg: Message, peer: Any) -> None:
-        if peer is not None and msg.sender not in peer.record.agents:
-            raise FrameError("spoofed_sender", msg.sender)
-        self.stats["messages_received"] += 1
-        if msg.type == "result" and msg.correlation_id:
-            if not self.requests.resolve(msg):
-                self.stats["late_replies"] += 1
-        elif not msg.target:
-            self._fan_out(msg)
-        elif msg.target in self.agents:
-            self.effects.append((DELIVER, msg.target, msg, False))
-        else:
-            why = f"agent {msg.target!r} is not registered on node {self.node_id!r}"
-            self.effects.append((DEAD, msg, "not_found", why, msg.target))
-            if msg.correlation_id:
-                self.reply_status(msg, "not_found", why)
-
-    def _fan_out(self, msg: Message) -> None:
-        for agent_id, (_, subs) in self.agents.items():
-            if agent_id != msg.sender and subs and any(matches(p, msg.topic) for p in subs):
-                self.effects.append((DELIVER, agent_id, msg, True))
+    @property
+    def now(self) -> float:
+        """The latest time the driver told us."""
+        return self._now

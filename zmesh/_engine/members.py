@@ -112,6 +112,11 @@ class Members:
         frame = self.e.frame([encode_control(Hello(self.e.local_record(), peers, reply))])
         self.e.out((SEND, link, frame))
 
+    def heard(self, peer: Peer, now: float) -> None:
+        peer.last_heard = now
+        if peer.state == "evasive":
+            self._move(peer, "heard")
+
     # -- the handshake ---------------------------------------------------
 
     def on_hello(self, key: str, hello: Hello, now: float) -> None:

@@ -1,0 +1,35 @@
+"""How an engine is set up, and the constants its parts share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import codec
+from ..liveness import LivenessConfig
+
+__all__ = ["EngineConfig", "LOCAL", "BATCH_BYTES", "MAX_LOGGED_DROPS", "HEADER_ALLOWANCE", "first_endpoint"]
+
+LOCAL = "\x00local"  # outbox key of this node's own agents
+BATCH_BYTES = 256 * 1024  # a batch is flushed early once it reaches this size
+MAX_LOGGED_DROPS = 1024  # bounds the memory that logging "once per peer and reason" takes
+HEADER_ALLOWANCE = 64 * 1024
+
+
+def first_endpoint(endpoints: tuple[str, ...]) -> str | None:
+    return endpoints[0] if endpoints else None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    mesh: str
+    node_id: str
+    incarnation: str
+    max_payload: int = 1 << 20
+    #: None where the transport itself knows when a peer is gone (in-process).
+    liveness: LivenessConfig | None = LivenessConfig()
+    #: Of a peer's endpoints, the one to dial from here (the transport's scope rule).
+    choose: Callable[[tuple[str, ...]], str | None] = first_endpoint
+    #: Wall-clock seconds, for the timestamp of replies the engine writes itself.
+    wall_clock: Callable[[], float] = lambda: 0.0
+    version: int = codec.PROTOCOL_VERSION

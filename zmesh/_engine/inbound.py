@@ -1,0 +1,115 @@
+"""What arrives: decoding and checking frames, then handing each item to its
+place (membership, pending requests, local agents). Anything unusable is
+dropped, counted and logged once per peer and reason (see docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .. import codec
+from ..errors import FrameError, ZmeshError
+from ..message import Message
+from ..topics import matches
+from .effects import DEAD, DELIVER
+
+if TYPE_CHECKING:
+    from .core import Engine
+    from .members import Peer
+
+__all__ = ["direct", "published"]
+
+
+def direct(engine: Engine, key: str | None, frame: bytes) -> None:
+    """A direct frame; ``key`` is None for the engine's own loopback."""
+    where = key or engine.node_id
+    try:
+        items = codec.decode_frame(frame, engine.max_frame)
+    except FrameError as exc:
+        engine.drop(exc.reason, where, exc.detail)
+        return
+    members = engine.members
+    now = engine.now
+    peer = None
+    if key is not None:
+        peer = members.by_key.get(key)
+        if peer is not None:
+            members.heard(peer, now)
+    engine.stats["frames_received"] += 1
+    for item in items:
+        try:
+            kind = item[0]
+            if kind == codec.MSG:
+                if key is not None and peer is None:
+                    raise FrameError("unknown_peer", "message before hello")
+                _message(engine, codec.message_from_item(item), peer)
+            elif key is None:
+                raise FrameError("malformed", "control item on loopback")
+            else:
+                control = codec.parse_control(item)
+                if isinstance(control, codec.Hello):
+                    members.on_hello(key, control, now)
+                    peer = members.by_key.get(key)
+                elif isinstance(control, codec.Refuse):
+                    members.on_refuse(control)
+                elif peer is None:
+                    raise FrameError("unknown_peer", f"item kind {kind} before hello")
+                else:
+                    members.on_control(peer, control, now)
+                    if peer.node_id not in members.peers:
+                        peer = None  # it said BYE
+        except FrameError as exc:
+            engine.drop(exc.reason, where, exc.detail)
+        except ZmeshError as exc:
+            engine.drop("rejected", where, str(exc))
+
+
+def published(engine: Engine, frame: bytes) -> None:
+    engine.stats["bytes_received"] += len(frame)
+    try:
+        node_id, seq, items = codec.decode_pub_frame(frame, engine.max_frame)
+    except FrameError as exc:
+        engine.drop(exc.reason, "publisher")
+        return
+    peer = engine.members.peers.get(node_id)
+    if peer is None:
+        engine.drop("unknown_publisher", node_id)
+        return
+    engine.members.heard(peer, engine.now)
+    engine.stats["frames_received"] += 1
+    for item in items:
+        try:
+            if item[0] != codec.MSG:
+                raise FrameError("unknown_item", "only messages are published")
+            msg = codec.message_from_item(item)
+            if msg.target:
+                raise FrameError("malformed", "published message with a target")
+            if msg.sender not in peer.record.agents and seq <= peer.record.seq:
+                raise FrameError("spoofed_sender", msg.sender)
+            _fan_out(engine, msg)
+        except FrameError as exc:
+            engine.drop(exc.reason, node_id, exc.detail)
+
+
+def _message(engine: Engine, msg: Message, peer: Peer | None) -> None:
+    if peer is not None and msg.sender not in peer.record.agents:
+        raise FrameError("spoofed_sender", msg.sender)
+    engine.stats["messages_received"] += 1
+    if msg.type == "result" and msg.correlation_id:
+        if not engine.requests.resolve(msg):
+            engine.stats["late_replies"] += 1
+    elif not msg.target:
+        _fan_out(engine, msg)
+    elif msg.target in engine.agents:
+        engine.effects.append((DELIVER, msg.target, msg, False))
+    else:
+        why = f"agent {msg.target!r} is not registered on node {engine.node_id!r}"
+        engine.effects.append((DEAD, msg, "not_found", why, msg.target))
+        if msg.correlation_id:
+            engine.reply_status(msg, "not_found", why)
+
+
+def _fan_out(engine: Engine, msg: Message) -> None:
+    for agent_id, (_, subs) in engine.agents.items():
+        if agent_id != msg.sender and subs and any(matches(p, msg.topic) for p in subs):
+            engine.effects.append((DELIVER, agent_id, msg, True))

@@ -1,0 +1,82 @@
+"""Waiting on a node (internal): mesh-event streams and settle waiters."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from typing import AsyncIterator, Callable
+
+from .registry import MeshEvent
+
+__all__ = ["Watch"]
+
+log = logging.getLogger("zmesh")
+
+
+class Watch:
+    """The ``events()`` queues and ``settled()`` waiters of one node."""
+
+    def __init__(self, node_id: str) -> None:
+        self._node_id = node_id
+        self._queues: list[asyncio.Queue[MeshEvent]] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self.stats: Counter[str] = Counter()
+
+    def events(self, maxsize: int) -> AsyncIterator[MeshEvent]:
+        queue: asyncio.Queue[MeshEvent] = asyncio.Queue(maxsize)
+        self._queues.append(queue)
+
+        async def iterate() -> AsyncIterator[MeshEvent]:
+            try:
+                while True:
+                    event = await queue.get()
+                    if event.kind == "peer_left" and event.node_id == self._node_id:
+                        return
+                    yield event
+            finally:
+                if queue in self._queues:
+                    self._queues.remove(queue)
+
+        return iterate()
+
+    def emit(self, event: MeshEvent) -> None:
+        log.debug("zmesh %s: %s", self._node_id, event)
+        for queue in self._queues:
+            if queue.full():
+                queue.get_nowait()
+                self.stats["events_overflowed"] += 1
+            queue.put_nowait(event)
+
+    def end(self) -> None:
+        """The node closed: end every events() iterator and wake every waiter."""
+        self.wake()
+        for queue in self._queues:
+            if queue.full():
+                queue.get_nowait()
+            queue.put_nowait(MeshEvent("peer_left", self._node_id, detail="closed"))
+
+    async def settled(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Wait until ``done()``, re-checked on every wake(); False after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except asyncio.TimeoutError:
+                return False
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        return True
+
+    def wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
