@@ -159,7 +159,8 @@ class Dispatch:
 
     def reply(self, request: Message, status: str, payload: Any) -> None:
         self._engine.reply_status(request, status, payload)
-        self._node._pump()
+        if not self._node._in_drain:  # a drain sends when it ends
+            self._node._pump()
 
     def broadcast(self, msg: Message) -> int:
         started = self._clock.monotonic()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from types import CoroutineType
 from typing import Any, Callable, Coroutine
 
 __all__ = ["run_handler", "HandlerTasks", "DEFERRED", "Deferred"]
@@ -115,7 +116,7 @@ def run_handler(
     except BaseException as exc:  # a plain handler: contained like a coroutine's
         failed(exc, extra)
         return
-    if not asyncio.iscoroutine(result):
+    if result.__class__ is not CoroutineType and (result is None or not asyncio.iscoroutine(result)):
         done(result, extra)
         return
     loop = asyncio.get_running_loop()

@@ -43,6 +43,8 @@ __all__ = ["Node", "current_trace_id", "trace_context"]
 
 log = logging.getLogger("zmesh")
 
+_SEND, _DELIVER, _REPLIED, _FAILED = fx.SEND, fx.DELIVER, fx.REPLIED, fx.FAILED
+
 
 def _check_name(what: str, value: object) -> None:
     if not isinstance(value, str) or not value or len(value) > 64 or "|" in value:
@@ -285,31 +287,34 @@ class Node:
         """Carry out everything the engine asked for, then arm its timer."""
         engine = self._engine
         while engine.effects:
-            for effect in engine.take_effects():
+            effects, engine.effects = engine.effects, []
+            links, dispatch = self._links, self._dispatch
+            for effect in effects:
                 op = effect[0]
-                if op == fx.SEND:
-                    link = self._links.get(effect[1])
+                if op == _SEND:
+                    link = links.get(effect[1])
                     if link is not None:
                         link.send(effect[2])
-                elif op == fx.DELIVER:
-                    self._dispatch.deliver(effect[1], effect[2], effect[3])
-                elif op == fx.REPLIED:
-                    self._dispatch.resolved(effect[1], effect[2], None)
-                elif op == fx.FAILED:
-                    self._dispatch.resolved(effect[1], None, effect[2])
+                elif op == _DELIVER:
+                    dispatch.deliver(effect[1], effect[2], effect[3])
+                elif op == _REPLIED:
+                    dispatch.resolved(effect[1], effect[2], None)
+                elif op == _FAILED:
+                    dispatch.resolved(effect[1], None, effect[2])
                 else:
                     self._rare_effect(op, effect)
-        if engine.has_queued and not self._flush_scheduled and not self._in_drain and self._loop is not None:
+        if not self._flush_scheduled and not self._in_drain and engine.has_queued and self._loop is not None:
             self._flush_scheduled = True
             engine.hold = True
             self._loop.call_soon(self._flush)
-        deadline = engine.next_deadline()
-        if deadline < self._timer_at and not self._closed and self._started:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer_at = deadline
-            delay = max(0.0, deadline - self.clock.monotonic())
-            self._timer = self.clock.call_later(delay, self._on_timer)
+        if engine.earliest < self._timer_at and self._started and not self._closed:
+            self._arm_timer(engine.earliest)
+
+    def _arm_timer(self, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        self._timer = self.clock.call_later(max(0.0, deadline - self.clock.monotonic()), self._on_timer)
 
     def _rare_effect(self, op: int, effect: tuple[Any, ...]) -> None:
         if op == fx.PUBLISH:
@@ -356,20 +361,22 @@ class Node:
 
     # -- transport callbacks (TransportHost) -------------------------------
 
+    # A drain feeds frames in a batch; what they cause (handlers to run,
+    # replies to send) is carried out once, when the batch ends.
+
     def on_direct_frame(self, key: str, frame: bytes) -> None:
         self._in_drain = True
         self._engine.hold = True
         self._engine.receive_direct(key, frame, self.clock.monotonic())
-        self._pump()
 
     def on_pub_frame(self, frame: bytes) -> None:
         self._in_drain = True
         self._engine.hold = True
         self._engine.receive_published(frame, self.clock.monotonic())
-        self._pump()
 
     def on_drained(self) -> None:
-        """After a batch of frames: send what they caused, one frame per peer."""
+        """After a batch of frames: run what they caused, then send, one frame per peer."""
+        self._pump()
         self._in_drain = False
         if not self._flush_scheduled:
             self._engine.flush()

@@ -71,6 +71,7 @@ class Engine:
         self._links = 0
         self._now = 0.0
         self._next_tick = math.inf
+        self.earliest = math.inf  # never later than the true next deadline; may be earlier
         self._pack = msgpack.Packer().pack  # an engine is used from one thread
 
     # -- plumbing --------------------------------------------------------
@@ -110,6 +111,7 @@ class Engine:
         self.registry.merge(self.local_record())
         if self.liveness is not None:
             self._next_tick = now + self.liveness.heartbeat / 2
+            self.earliest = self._next_tick
 
     def close(self, now: float) -> None:
         """Say goodbye to every peer, fail what is pending, close every link."""
@@ -201,17 +203,28 @@ class Engine:
         """Run every timer due at ``now``: liveness, knocks, request deadlines."""
         self._now = now
         self.requests.expire(now)
+        if not self.closed:
+            members = self.members
+            if now >= self._next_tick or now >= members.next_tick():
+                members.tick(now)
+                if self.liveness is not None and now >= self._next_tick:
+                    self._next_tick = now + self.liveness.heartbeat / 2
+        self.earliest = self._compute_deadline()
+
+    def _compute_deadline(self) -> float:
         if self.closed:
-            return
-        if now >= self._next_tick or now >= self.members.next_tick():
-            self.members.tick(now)
-            if self.liveness is not None and now >= self._next_tick:
-                self._next_tick = now + self.liveness.heartbeat / 2
+            return self.requests.next_deadline()
+        return min(self._next_tick, self.requests.next_deadline(), self.members.next_tick())
+
+    def note_deadline(self, when: float) -> None:
+        """Something new is due at ``when`` (a request, a knock)."""
+        if when < self.earliest:
+            self.earliest = when
 
     def next_deadline(self) -> float:
-        if self.closed:
-            return math.inf
-        return min(self._next_tick, self.requests.next_deadline(), self.members.next_tick())
+        """When :meth:`tick` is next due (at worst a little early, never late);
+        also the attribute ``earliest``."""
+        return self.earliest
 
     # -- outbound --------------------------------------------------------
 
@@ -328,6 +341,8 @@ class Engine:
             raise InvalidMessage(f"a request with correlation id {msg.correlation_id!r} is already pending")
         item = self.encode(msg)
         self.requests.add(msg, self.node_id if route == LOCAL else route, deadline)
+        if deadline < self.earliest:
+            self.earliest = deadline
         self.enqueue(route, item)
         self.stats["requests_sent"] += 1
         return key

@@ -100,6 +100,7 @@ class Members:
         if patience is not None:
             knock.give_up_at = now + patience
         self.knocks[endpoint] = knock
+        e.note_deadline(knock.next_try)
         self.send_hello(knock.link, reply=True)
         return knock
 
