@@ -6,6 +6,7 @@ would, delivered on the receiving node's event loop (thread-safe across loops).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import threading
 from typing import Callable
@@ -79,10 +80,12 @@ class InprocTransport(Transport):
         loop = self._loop
         if loop is None or self._closed:
             return
+        # A fresh context, as a frame arriving on a socket would get: nothing
+        # of the sender's context variables may travel but the message.
         if origin is loop:
-            loop.call_soon(fn, *args)
+            loop.call_soon(fn, *args, context=contextvars.Context())
         elif not loop.is_closed():
-            loop.call_soon_threadsafe(fn, *args)
+            loop.call_soon_threadsafe(fn, *args, context=contextvars.Context())
 
     def _host_direct(self, key: str, frame: bytes) -> None:
         if not self._closed and self._host is not None:
