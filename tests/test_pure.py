@@ -493,3 +493,13 @@ def test_fake_clock_basics() -> None:
     with pytest.raises(ValueError):
         clock.advance(-1)
     assert clock.monotonic() == 0.0
+
+
+def test_protocol_doc_embeds_the_transition_table_as_generated() -> None:
+    from pathlib import Path
+
+    from zmesh._engine.states import markdown_table
+
+    doc = (Path(__file__).parent.parent / "docs" / "protocol.md").read_text()
+    embedded = doc.split("<!-- transitions:begin -->\n", 1)[1].split("\n<!-- transitions:end -->", 1)[0]
+    assert embedded == markdown_table(), "regenerate with: python -c 'from zmesh._engine.states import markdown_table as t; print(t())'"

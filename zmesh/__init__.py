@@ -41,6 +41,17 @@ Errors::
     ├── PeerLost             the node hosting the target left or died mid-request
     ├── TransportError       the transport could not be set up (bind failed, ...)
     └── NodeClosed           the node (or agent) was closed
+
+The public surface is what ``zmesh.__all__`` names, plus :mod:`zmesh.sync`
+(the blocking twin), :mod:`zmesh.transport` (the transport interface for
+writing your own) and the command lines ``zmesh`` and ``python -m
+zmesh.sim``. Everything else is internal and may change between releases:
+the modules whose names start with ``_`` (``_engine``, the protocol
+engine; ``_dispatch``, ``_watch``, ``_context``, ``_discovery_glue``) and
+``codec``, ``registry``, ``liveness``, ``topics``, ``handlers``,
+``deadletters``, ``observer``, ``message``, ``clock``, ``errors``,
+``discovery``, ``interfaces``, ``cli``, ``demo`` and ``sim``'s submodules,
+whose public names are re-exported here. See docs/architecture.md.
 """
 
 from .agent import Agent, Handoff, HandoffResult

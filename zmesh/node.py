@@ -166,7 +166,7 @@ class Node:
     async def _start_discovery(self) -> None:
         if self.transport.capabilities.discovery != "mdns" or self.discovery_enabled is False:
             return
-        from .discovery_glue import start_mdns
+        from ._discovery_glue import start_mdns
 
         self._discovery = await start_mdns(self, self.transport)
 

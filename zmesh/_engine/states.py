@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["STATES", "EVENTS", "TRANSITIONS", "step", "IllegalTransition"]
+__all__ = ["STATES", "EVENTS", "TRANSITIONS", "step", "IllegalTransition", "markdown_table"]
 
 STATES: Final = ("knocking", "refused", "connecting", "joined", "evasive", "gone")
 EVENTS: Final = (
@@ -75,3 +75,17 @@ def step(state: str, event: str) -> str:
         return TRANSITIONS[(state, event)]
     except KeyError:
         raise IllegalTransition(f"no transition from {state!r} on {event!r}") from None
+
+
+def markdown_table() -> str:
+    """The transition table as Markdown: rows are states, columns events.
+
+    docs/protocol.md embeds it verbatim (a test keeps the two the same).
+    """
+    used = [e for e in EVENTS if any(ev == e for _, ev in TRANSITIONS)]
+    lines = ["| state | " + " | ".join(used) + " |", "|---" * (len(used) + 1) + "|"]
+    for state in STATES:
+        cells = [TRANSITIONS.get((state, event), "") for event in used]
+        lines.append(f"| **{state}** | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
