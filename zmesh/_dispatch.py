@@ -118,7 +118,7 @@ class Dispatch:
         key = self._engine.request(msg, started + timeout, started)
         if key is None:
             raise self._not_found(msg, kind, started)
-        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Message] = self._node._loop.create_future()  # type: ignore[union-attr]
         self._futures[key] = future
         self._node._pump()
         try:

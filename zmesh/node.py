@@ -376,11 +376,14 @@ class Node:
 
     def on_drained(self) -> None:
         """After a batch of frames: run what they caused, then send, one frame per peer."""
-        self._pump()
+        engine = self._engine
+        if engine.effects:
+            self._pump()
         self._in_drain = False
         if not self._flush_scheduled:
-            self._engine.flush()
-        self._pump()
+            engine.flush()
+            if engine.effects:
+                self._pump()
 
     def on_subscriber_ready(self, key: str) -> None:
         self._engine.subscriber_ready(key, self.clock.monotonic())

@@ -337,7 +337,7 @@ class Engine:
         if route is None:
             return None
         key = (msg.reply_to, msg.correlation_id)
-        if key in self.requests:
+        if key in self.requests.pending:
             raise InvalidMessage(f"a request with correlation id {msg.correlation_id!r} is already pending")
         item = self.encode(msg)
         self.requests.add(msg, self.node_id if route == LOCAL else route, deadline)

@@ -34,7 +34,9 @@ def direct(engine: Engine, key: str | None, frame: bytes) -> None:
     if key is not None:
         peer = members.by_key.get(key)
         if peer is not None:
-            members.heard(peer, now)
+            peer.last_heard = now
+            if peer.state == "evasive":
+                members.heard(peer, now)
     engine.stats["frames_received"] += 1
     for item in items:
         try:

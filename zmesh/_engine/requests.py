@@ -33,32 +33,32 @@ class Pending:
 class Requests:
     """The pending requests of one engine."""
 
-    __slots__ = ("_pending", "_heap", "_emit")
+    __slots__ = ("pending", "_heap", "_emit")
 
     def __init__(self, emit: Callable[[tuple[Any, ...]], None]) -> None:
-        self._pending: dict[Key, Pending] = {}
+        self.pending: dict[Key, Pending] = {}
         self._heap: list[tuple[float, int, Pending]] = []
         self._emit = emit
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return len(self.pending)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._pending
+        return key in self.pending
 
     def keys(self) -> list[Key]:
-        return list(self._pending)
+        return list(self.pending)
 
     def to_node(self, node_id: str) -> list[Key]:
-        return [k for k, p in self._pending.items() if p.node_id == node_id]
+        return [k for k, p in self.pending.items() if p.node_id == node_id]
 
     def add(self, msg: Message, node_id: str, deadline: float) -> Key:
         key = (msg.reply_to, msg.correlation_id)
         pending = Pending(key, node_id, deadline, msg)
-        self._pending[key] = pending
+        self.pending[key] = pending
         heap = self._heap
-        if len(heap) > 1024 and len(heap) > 4 * len(self._pending):
-            heap[:] = [(p.deadline, id(p), p) for p in self._pending.values()]
+        if len(heap) > 1024 and len(heap) > 4 * len(self.pending):
+            heap[:] = [(p.deadline, id(p), p) for p in self.pending.values()]
             heapq.heapify(heap)
         else:
             heapq.heappush(heap, (deadline, id(pending), pending))
@@ -66,13 +66,13 @@ class Requests:
 
     def forget(self, key: Key) -> None:
         """The caller gave up (cancelled): no reply is wanted any more."""
-        pending = self._pending.pop(key, None)
+        pending = self.pending.pop(key, None)
         if pending is not None:
             pending.done = True
 
     def resolve(self, msg: Message) -> bool:
         """A reply arrived; False when nobody waits for it (late or unknown)."""
-        pending = self._pending.pop((msg.target, msg.correlation_id), None)
+        pending = self.pending.pop((msg.target, msg.correlation_id), None)
         if pending is None:
             return False
         pending.done = True
@@ -82,15 +82,15 @@ class Requests:
     def fail_to(self, node_id: str, why: str) -> None:
         """The node the requests went to is gone: fail them all with PeerLost."""
         for key in self.to_node(node_id):
-            pending = self._pending.pop(key)
+            pending = self.pending.pop(key)
             pending.done = True
             self._emit((FAILED, key, PeerLost(f"{why} before replying")))
 
     def fail_all(self, error: Exception) -> None:
-        for key, pending in list(self._pending.items()):
+        for key, pending in list(self.pending.items()):
             pending.done = True
             self._emit((FAILED, key, error))
-        self._pending.clear()
+        self.pending.clear()
         self._heap.clear()
 
     def expire(self, now: float) -> None:
@@ -100,7 +100,7 @@ class Requests:
             if pending.done:
                 continue
             pending.done = True
-            del self._pending[pending.key]
+            del self.pending[pending.key]
             msg = pending.message
             self._emit(
                 (FAILED, pending.key, Timeout(f"no reply from {msg.target!r} to {msg.topic!r} within the timeout"))
