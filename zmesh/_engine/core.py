@@ -65,6 +65,7 @@ class Engine:
         self.dropped: Counter[str] = Counter()
         self.transitions: Counter[tuple[str, str]] = Counter()
         self.logged_drops: set[tuple[str, str]] = set()
+        self.seeds: set[str] = set()  # endpoints given to connect(): knocked on until they answer, always
         self._outbox: dict[str, list[Any]] = {}
         self._pub_items: list[bytes] = []
         self._pub_size = 0
@@ -183,6 +184,7 @@ class Engine:
     def connect(self, endpoint: str, now: float) -> None:
         """Join through a member's router endpoint (a seed): knock until it answers."""
         self._now = now
+        self.seeds.add(endpoint)
         self.members.knock(endpoint, None, now)
 
     def discovered(self, endpoint: str, now: float) -> None:
@@ -194,6 +196,8 @@ class Engine:
             self.members.knock(endpoint, DISCOVERED_PATIENCE, now)
 
     def subscriber_ready(self, key: str, now: float) -> None:
+        if self.closed:
+            return
         self._now = now
         self.members.subscriber_ready(key)
 
@@ -399,12 +403,16 @@ class Engine:
 
     def receive_direct(self, key: str, frame: bytes, now: float) -> None:
         """A frame arrived on our direct inbox from the sender with this key."""
+        if self.closed:
+            return  # until the driver closes its transport: nothing joins a closed node
         self._now = now
         self.stats["bytes_received"] += len(frame)
         inbound.direct(self, key, frame)
 
     def receive_published(self, frame: bytes, now: float) -> None:
         """A frame arrived from a publisher we are attached to."""
+        if self.closed:
+            return
         self._now = now
         inbound.published(self, frame)
 

@@ -92,6 +92,10 @@ class Members:
     def knock(self, endpoint: str, patience: float | None, now: float, node_id: str = "") -> Knock | None:
         """Say HELLO to ``endpoint`` until answered; ``patience`` None: forever."""
         e = self.e
+        old = self.knocks.get(endpoint)
+        if old is not None and old.state == "refused" and patience is None:
+            self._move(old, "give_up")  # the user asks again: maybe the other side changed
+            self._drop_knock(old)
         if endpoint in self.knocks or endpoint in e.routers:
             return None
         if any(endpoint in p.record.routers or p.router == endpoint for p in self.peers.values()):
@@ -279,7 +283,9 @@ class Members:
         if event == "silent" and not e.closed:
             # Silence may be a cut link or a stalled loop, not a death: keep
             # knocking (with backoff) so the peer rejoins when it comes back.
-            patience = LOST_PATIENCE if peer.was_joined else DISCOVERED_PATIENCE
+            patience: float | None = LOST_PATIENCE if peer.was_joined else DISCOVERED_PATIENCE
+            if peer.router in e.seeds:
+                patience = None  # a seed the user gave: as at start, knock until it answers
             knock = self.knock(peer.router, patience, now, node_id=peer.node_id)
             if knock is not None:
                 knock.node_id = peer.node_id
