@@ -129,6 +129,7 @@ class Node:
         self._flush_scheduled = False
         self._in_drain = False
         self._discovery: MdnsDiscovery | None = None
+        self._refreshing = False
         self._started = False
         self._closed = False
 
@@ -339,12 +340,19 @@ class Node:
             self._dispatch.dead(effect[1], effect[2], effect[3], effect[4])
         elif op == fx.REDISCOVER:
             refresh = getattr(self._discovery, "refresh", None)
-            if refresh is not None and self._loop is not None and not self._closed:
+            if refresh is not None and self._loop is not None and not self._closed and not self._refreshing:
+                self._refreshing = True  # one at a time: K peers expiring at once ask K times
                 task = self._loop.create_task(refresh())
                 self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                task.add_done_callback(self._refresh_done)
         else:  # pragma: no cover - an engine/driver mismatch
             raise AssertionError(f"unknown effect {effect!r}")
+
+    def _refresh_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        self._refreshing = False
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("zmesh %s: mDNS refresh failed: %r", self.id, task.exception())
 
     def _on_timer(self) -> None:
         self._timer = None

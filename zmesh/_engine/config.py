@@ -7,6 +7,7 @@ from typing import Callable
 
 from .. import codec
 from ..liveness import LivenessConfig
+from ..message import new_id
 
 __all__ = ["EngineConfig", "LOCAL", "BATCH_BYTES", "MAX_LOGGED_DROPS", "HEADER_ALLOWANCE", "first_endpoint"]
 
@@ -33,3 +34,5 @@ class EngineConfig:
     #: Wall-clock seconds, for the timestamp of replies the engine writes itself.
     wall_clock: Callable[[], float] = lambda: 0.0
     version: int = codec.PROTOCOL_VERSION
+    #: Ids of the replies the engine writes itself (a simulator passes a seeded one).
+    new_id: Callable[[], str] = new_id

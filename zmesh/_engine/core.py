@@ -133,6 +133,7 @@ class Engine:
         self.members.peers.clear()
         self.members.by_key.clear()
         self.members.knocks.clear()
+        self.members.endpoints.clear()
 
     # -- the local record ------------------------------------------------
 
@@ -168,6 +169,7 @@ class Engine:
             return
         item = codec.encode_control(codec.Update(record))
         for peer in self.members.peers.values():
+            peer.update_sent = self._now
             self.enqueue(peer.node_id, item)
 
     def is_settled(self) -> bool:
@@ -374,7 +376,7 @@ class Engine:
         self.reply(
             Message("result", msg.target, msg.reply_to or msg.sender, msg.topic, payload,
                     msg.correlation_id, "", msg.priority, msg.qos, None, self.config.wall_clock(),
-                    msg.trace_id, status)
+                    msg.trace_id, status, self.config.new_id())
         )
 
     def broadcast(self, msg: Message) -> int:

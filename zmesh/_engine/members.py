@@ -31,6 +31,8 @@ SEED_RETRY = 1.0
 SEED_RETRY_MAX = 10.0
 DISCOVERED_PATIENCE = 10.0  # an endpoint heard of second-hand is not knocked on forever
 LOST_PATIENCE = 300.0  # a peer that went silent is knocked on this long (a cut link may heal)
+REDISCOVER_MIN = 10.0  # while knocking on a lost peer, refresh discovery after this ...
+REDISCOVER_MAX = 60.0  # ... doubling up to this
 MAX_READY_KEYS = 1024  # subscribers seen before their HELLO, remembered at most
 
 
@@ -50,6 +52,7 @@ class Peer:
     last_knock: float
     acked_seq: int = -1
     was_joined: bool = False
+    update_sent: float = 0.0  # when our record last went to it (sent again until acknowledged)
 
     @property
     def joined(self) -> bool:
@@ -79,6 +82,9 @@ class Members:
         self.by_key: dict[str, Peer] = {}
         self.knocks: dict[str, Knock] = {}
         self.ready_keys: dict[str, None] = {}
+        self.endpoints: dict[str, str] = {}  # every router endpoint of every peer -> its node id
+        self.next_rediscover = 0.0
+        self.rediscover_every = REDISCOVER_MIN
 
     # -- transitions -----------------------------------------------------
 
@@ -98,8 +104,8 @@ class Members:
             self._drop_knock(old)
         if endpoint in self.knocks or endpoint in e.routers:
             return None
-        if any(endpoint in p.record.routers or p.router == endpoint for p in self.peers.values()):
-            return None
+        if endpoint in self.endpoints:
+            return None  # a peer's already
         knock = Knock(endpoint, e.open_link(endpoint), next_try=now + SEED_RETRY, node_id=node_id)
         if patience is not None:
             knock.give_up_at = now + patience
@@ -196,6 +202,8 @@ class Members:
         peer = Peer(record.node_id, record.incarnation, key, link, router, pub, record,
                     "connecting", now, now, now, now)
         self.peers[record.node_id] = peer
+        for endpoint in (router, *record.routers):
+            self.endpoints[endpoint] = record.node_id
         self.by_key[key] = peer
         e.out((SUBSCRIBE, pub))
         if self.ready_keys.pop(key, 0) is None:
@@ -221,7 +229,11 @@ class Members:
         self.merge_and_ack(peer)
         if peer.acked_seq < e.seq:
             # Our record may have changed since our HELLO went out.
-            e.enqueue(peer.node_id, encode_control(Update(e.local_record())))
+            self.send_update(peer)
+
+    def send_update(self, peer: Peer) -> None:
+        peer.update_sent = self.e.now
+        self.e.enqueue(peer.node_id, encode_control(Update(self.e.local_record())))
 
     def merge_and_ack(self, peer: Peer) -> None:
         e = self.e
@@ -266,6 +278,9 @@ class Members:
         """Forget a peer's connection: link, subscription, queued items, pending requests."""
         e = self.e
         del self.peers[peer.node_id]
+        for endpoint in (peer.router, *peer.record.routers):
+            if self.endpoints.get(endpoint) == peer.node_id:
+                del self.endpoints[endpoint]
         self.by_key.pop(peer.key, None)
         e.discard_outbox(peer.node_id)
         e.out((CLOSE, peer.link))
@@ -342,8 +357,11 @@ class Members:
                         self.send_hello(peer.link, reply=True)
                     elif now - peer.last_sent >= config.heartbeat:
                         e.enqueue(peer.node_id, encode_control(Ping(silence >= config.evasive_after)))
-                elif now - peer.last_sent >= config.heartbeat:
-                    beat = True  # its SUB is attached: our one published beat reaches it
+                else:
+                    if peer.acked_seq < e.seq and now - peer.update_sent >= 2 * config.heartbeat:
+                        self.send_update(peer)  # the UPDATE or its ACK was lost: again
+                    if now - peer.last_sent >= config.heartbeat:
+                        beat = True  # its SUB is attached: our one published beat reaches it
             if beat:
                 # One empty publish frame is a heartbeat to every joined peer at
                 # once: idle cost per node stays O(1) sends, not O(N).
@@ -362,6 +380,14 @@ class Members:
                 knock.next_try = now + knock.interval
                 knock.interval = min(knock.interval * 1.5, SEED_RETRY_MAX)
                 self.send_hello(knock.link, reply=True)
+                if knock.node_id and now >= self.next_rediscover:
+                    # It may be back at a new address (restarted while cut off):
+                    # announce ourselves and browse again, as on its expiry.
+                    self.next_rediscover = now + self.rediscover_every
+                    self.rediscover_every = min(2 * self.rediscover_every, REDISCOVER_MAX)
+                    e.out((REDISCOVER,))
+        if self.rediscover_every > REDISCOVER_MIN and not any(k.node_id for k in self.knocks.values()):
+            self.rediscover_every = REDISCOVER_MIN  # nobody missing any more: start over
 
     def next_tick(self) -> float:
         """When ``tick`` next has something to do, at the latest."""
