@@ -1,4 +1,4 @@
-"""Pure units, no sockets: codec, topics, registry merge, liveness table,
+"""Pure units, no sockets: codec, topics, registry merge, liveness settings,
 the dead letter ring and FakeClock."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from zmesh.clock import FakeClock
 from zmesh.codec import FrameError
 from zmesh.deadletters import DeadLetter, DeadLetters
 from zmesh.errors import InvalidMessage
-from zmesh.liveness import STATES, TRANSITIONS, LivenessConfig, PeerLiveness
+from zmesh.liveness import LivenessConfig
 from zmesh.message import Message
 from zmesh.registry import MeshEvent, NodeRecord, Registry, parse_record
 from zmesh.topics import check_pattern, check_topic, is_pattern, matches
@@ -332,65 +332,15 @@ def test_parse_record_rejects_malformed(mangle: object) -> None:
 
 
 # -- liveness ------------------------------------------------------------
+# The per-peer state machine is the engine's (tests/test_engine.py); this
+# module only keeps its settings.
 
 
-def test_liveness_transition_table() -> None:
-    assert set(TRANSITIONS.values()) <= set(STATES)
-    live = PeerLiveness(LivenessConfig(), 0.0)
-    assert live.state == "joining"
-    assert live.event("quiet") == "joining"  # not in the table: unchanged
-    assert live.event("hello") == "alive"
-    assert live.event("quiet") == "evasive"
-    assert live.event("heard") == "alive"
-    assert live.event("bye") == "gone"
-    assert live.event("hello") == "gone"  # gone is final
-
-
-def test_liveness_tick_heartbeat_ping_expire() -> None:
-    cfg = LivenessConfig(heartbeat=0.5, evasive_after=1.5, expire_after=3.0)
-    live = PeerLiveness(cfg, 0.0)
-    live.event("hello")
-    assert live.tick(0.4) == set()
-    assert live.tick(0.5) == {"heartbeat"}
-    live.sent(0.5)
-    assert live.tick(0.9) == set()
-    assert live.tick(1.5) == {"ping", "heartbeat"}
-    assert live.state == "evasive"
-    assert live.tick(1.6) == {"heartbeat"}  # no second ping while evasive
-    live.heard(2.0)
-    assert live.state == "alive"
-    live.sent(4.8)
-    assert live.tick(4.9) == {"ping"}
-    assert live.tick(5.0) == {"expire"}
-    assert live.state == "gone"
-    assert live.tick(100.0) == set()
-
-
-def test_liveness_silent_joiner_expires() -> None:
-    live = PeerLiveness(LivenessConfig(), 10.0)
-    assert live.tick(12.9) == {"heartbeat"}  # joining: never "ping"
-    assert live.state == "joining"
-    assert live.tick(13.0) == {"expire"}
-    assert live.state == "gone"
-
-
-def test_liveness_heard_keeps_a_quiet_peer_alive() -> None:
-    live = PeerLiveness(LivenessConfig(heartbeat=0.5, evasive_after=1.5, expire_after=3.0), 0.0)
-    live.event("hello")
-    for t in range(1, 100):
-        live.heard(float(t))
-        live.sent(float(t))
-        assert live.tick(t + 0.4) == set()
-    assert live.state == "alive"
-
-
-@pytest.mark.parametrize("times", [(0, 1, 2), (1, 1, 2), (1, 2, 2), (2, 1, 3), (1, 3, 2)])
-def test_liveness_config_must_be_ordered(times: tuple[float, float, float]) -> None:
-    with pytest.raises(ValueError):
-        LivenessConfig(*times)
-
-
-# -- dead letter ring ----------------------------------------------------
+def test_liveness_config_needs_heartbeat_below_evasive_below_expiry() -> None:
+    LivenessConfig(heartbeat=0.5, evasive_after=1.5, expire_after=3.0)
+    for bad in ((0, 1, 2), (1, 1, 2), (0.5, 3, 3), (0.5, 3, 2)):
+        with pytest.raises(ValueError):
+            LivenessConfig(*bad)
 
 
 def _dead(i: int) -> DeadLetter:
@@ -503,3 +453,36 @@ def test_protocol_doc_embeds_the_transition_table_as_generated() -> None:
     doc = (Path(__file__).parent.parent / "docs" / "protocol.md").read_text()
     embedded = doc.split("<!-- transitions:begin -->\n", 1)[1].split("\n<!-- transitions:end -->", 1)[0]
     assert embedded == markdown_table(), "regenerate with: python -c 'from zmesh._engine.states import markdown_table as t; print(t())'"
+
+
+def test_registry_index_kept_incrementally_matches_a_full_rebuild() -> None:
+    import random
+
+    from zmesh.registry import NodeRecord, Registry
+
+    rng = random.Random(7)
+    registry = Registry("n0")
+    seqs: dict[str, int] = {}
+    incs: dict[str, str] = {}
+    for _ in range(3000):
+        node = f"n{rng.randrange(6)}"
+        if rng.random() < 0.2 and node != "n0":
+            registry.remove(node)
+            seqs.pop(node, None)
+            continue
+        if node not in seqs or rng.random() < 0.1:  # a new incarnation now and then
+            incs[node] = f"{rng.randrange(1 << 30):010d}"
+            seqs[node] = 0
+        seqs[node] += 1
+        agents = {f"a{rng.randrange(8)}": () for _ in range(rng.randrange(4))}  # ids often claimed twice
+        registry.merge(NodeRecord(node, incs[node], "m", 1, "r", "p", seqs[node], agents))
+        expected: dict[str, str] = {}
+        for rec in registry._records.values():
+            if rec.node_id != "n0":
+                for agent_id in rec.agents:
+                    expected.setdefault(agent_id, rec.node_id)
+        local = registry.record("n0")
+        for agent_id in local.agents if local else ():
+            expected[agent_id] = "n0"
+        assert {a: registry.node_of(a) for a in expected} == expected
+        assert all(registry.node_of(f"a{i}") is None for i in range(8) if f"a{i}" not in expected)

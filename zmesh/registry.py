@@ -149,6 +149,7 @@ class Registry:
         self.local_node_id = local_node_id
         self._records: dict[str, NodeRecord] = {}
         self._agent_node: dict[str, str] = {}
+        self._claims: dict[str, int] = {}  # agent id -> how many records claim it
         self._subscriber_cache: dict[str, tuple[tuple[str, str], ...]] = {}
 
     # -- queries ---------------------------------------------------------
@@ -232,7 +233,7 @@ class Registry:
         events += [
             MeshEvent("agent_joined", rec.node_id, a) for a in rec.agents if a not in old_agents
         ]
-        self._reindex()
+        self._reindex(old, rec)
         return events
 
     def remove(self, node_id: str, detail: str = "") -> list[MeshEvent]:
@@ -240,20 +241,42 @@ class Registry:
         rec = self._records.pop(node_id, None)
         if rec is None:
             return []
-        self._reindex()
+        self._reindex(rec, None)
         return [MeshEvent("agent_left", node_id, a) for a in rec.agents] + [
             MeshEvent("peer_left", node_id, detail=detail)
         ]
 
-    def _reindex(self) -> None:
+    def _reindex(self, old: NodeRecord | None, new: NodeRecord | None) -> None:
+        """Update the agent index for one node's record changing from ``old`` to ``new``.
+
+        Local agents win a (transient) duplicate claim; otherwise the first
+        claim in record order does. Only an agent id claimed twice costs a scan.
+        """
         self._subscriber_cache.clear()
-        index: dict[str, str] = {}
+        index, claims = self._agent_node, self._claims
+        if old is not None:
+            for agent_id in old.agents:
+                claims[agent_id] -= 1
+                if not claims[agent_id]:
+                    del claims[agent_id]
+                    del index[agent_id]
+                elif index.get(agent_id) == old.node_id:
+                    del index[agent_id]
+                    self._reclaim(agent_id)
+        if new is not None:
+            for agent_id in new.agents:
+                claims[agent_id] = claims.get(agent_id, 0) + 1
+                if agent_id not in index or new.node_id == self.local_node_id:
+                    index[agent_id] = new.node_id
+                elif claims[agent_id] > 1 and index[agent_id] != self.local_node_id:
+                    self._reclaim(agent_id)
+
+    def _reclaim(self, agent_id: str) -> None:
         local = self._records.get(self.local_node_id)
+        if local is not None and agent_id in local.agents:
+            self._agent_node[agent_id] = local.node_id
+            return
         for rec in self._records.values():
-            if rec is not local:
-                for agent_id in rec.agents:
-                    index.setdefault(agent_id, rec.node_id)
-        if local is not None:  # local agents win a (transient) duplicate claim
-            for agent_id in local.agents:
-                index[agent_id] = local.node_id
-        self._agent_node = index
+            if agent_id in rec.agents:
+                self._agent_node[agent_id] = rec.node_id
+                return
