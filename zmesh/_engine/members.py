@@ -83,6 +83,8 @@ class Members:
         self.knocks: dict[str, Knock] = {}
         self.ready_keys: dict[str, None] = {}
         self.endpoints: dict[str, str] = {}  # every router endpoint of every peer -> its node id
+        self._hello: tuple[tuple[int, int, bool], bytes] | None = None
+        self._peers_changed = 0  # bumped whenever a peer comes or goes
         self.next_rediscover = 0.0
         self.rediscover_every = REDISCOVER_MIN
 
@@ -119,9 +121,13 @@ class Members:
         del self.knocks[knock.endpoint]
 
     def send_hello(self, link: int, reply: bool) -> None:
-        peers = tuple((p.node_id, p.record.routers or (p.router,)) for p in self.peers.values())
-        frame = self.e.frame([encode_control(Hello(self.e.local_record(), peers, reply))])
-        self.e.out((SEND, link, frame))
+        e = self.e
+        key = (e.seq, self._peers_changed, reply)
+        if self._hello is None or self._hello[0] != key:
+            # Cached: in a join every peer gets a HELLO, and each lists every peer.
+            peers = tuple((p.node_id, p.record.routers or (p.router,)) for p in self.peers.values())
+            self._hello = (key, e.frame([encode_control(Hello(e.local_record(), peers, reply))]))
+        e.out((SEND, link, self._hello[1]))
 
     def heard(self, peer: Peer, now: float) -> None:
         peer.last_heard = now
@@ -171,8 +177,9 @@ class Members:
         # 127.x in the sender's list means the sender's host: only usable when
         # that is our host too (we reach the sender itself over loopback).
         same_host = is_loopback_endpoint(peer.router)
+        knocks = self.knocks
         for node_id, routers in hello.peers:
-            if node_id == e.node_id or node_id in self.peers:
+            if node_id == e.node_id or node_id in self.peers or (routers and routers[0] in knocks):
                 continue
             usable = tuple(r for r in routers if same_host or not is_loopback_endpoint(r))
             endpoint = e.choose(usable)
@@ -202,6 +209,7 @@ class Members:
         peer = Peer(record.node_id, record.incarnation, key, link, router, pub, record,
                     "connecting", now, now, now, now)
         self.peers[record.node_id] = peer
+        self._peers_changed += 1
         for endpoint in (router, *record.routers):
             self.endpoints[endpoint] = record.node_id
         self.by_key[key] = peer
@@ -278,6 +286,7 @@ class Members:
         """Forget a peer's connection: link, subscription, queued items, pending requests."""
         e = self.e
         del self.peers[peer.node_id]
+        self._peers_changed += 1
         for endpoint in (peer.router, *peer.record.routers):
             if self.endpoints.get(endpoint) == peer.node_id:
                 del self.endpoints[endpoint]
