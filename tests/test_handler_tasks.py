@@ -340,3 +340,18 @@ async def test_closing_a_node_cancels_its_running_handler_quietly(
     gc.collect()  # a Task whose exception nobody retrieved logs it when collected
     errors = [r.getMessage() for r in caplog.records if r.name.split(".")[0] in ("zmesh", "asyncio")]
     assert errors == []
+
+
+async def test_a_handler_can_close_its_own_node(transport: str) -> None:
+    closed = asyncio.Event()
+
+    async def shut_down(msg: Message) -> str:
+        await node.close()  # must return: this handler is not cancelled by its own close
+        closed.set()
+        return "bye"
+
+    async with pair(transport, {"shut_down": shut_down}) as (a, node):
+        with pytest.raises(zmesh.PeerLost):  # the node left before its reply could go out
+            await a.request("b", "shut_down", timeout=10)
+        await asyncio.wait_for(closed.wait(), 5)
+        assert node.closed

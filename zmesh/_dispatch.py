@@ -62,7 +62,7 @@ class AgentPort:
 
 
 class Dispatch:
-    def __init__(self, node: Node, engine: Engine) -> None:
+    def __init__(self, node: Node, engine: Engine, dead_letter_capacity: int) -> None:
         self._node = node
         self._engine = engine
         self._clock = node.clock
@@ -70,12 +70,8 @@ class Dispatch:
         self._observers: list[Observer] = []
         self.tasks = HandlerTasks()
         self.stats: Counter[str] = Counter()
-        self.dead_letters = DeadLetters(1, self._redeliver)
+        self.dead_letters = DeadLetters(dead_letter_capacity, self._redeliver)
         self.port = AgentPort(node, self)
-
-    def dead_letters_ring(self, capacity: int) -> DeadLetters:
-        self.dead_letters = DeadLetters(capacity, self._redeliver)
-        return self.dead_letters
 
     # -- what agents send ------------------------------------------------
 

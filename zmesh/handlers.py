@@ -64,9 +64,10 @@ class HandlerTasks:
         task.add_done_callback(self._tasks.discard)
 
     async def cancel_all(self) -> None:
-        """Cancel every running handler and wait until they have all ended."""
+        """Cancel every running handler, but the one calling this, and wait until they have ended."""
         self.closing = True
-        tasks = list(self._tasks)
+        me = asyncio.current_task()
+        tasks = [task for task in self._tasks if task is not me]
         for task in tasks:
             task.cancel()
         if tasks:

@@ -17,7 +17,6 @@ import math
 import os
 import socket
 import time
-from collections import Counter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Sequence
 
@@ -113,8 +112,8 @@ class Node:
         )
         self.max_frame = self._engine.max_frame
         self.registry: Registry = self._engine.registry
-        self._dispatch = Dispatch(self, self._engine)
-        self.dead_letters: DeadLetters = self._dispatch.dead_letters_ring(dead_letter_capacity)
+        self._dispatch = Dispatch(self, self._engine, dead_letter_capacity)
+        self.dead_letters: DeadLetters = self._dispatch.dead_letters
         self._seed_endpoints = [seeds] if isinstance(seeds, str) else list(seeds)
         for endpoint in self._seed_endpoints:
             self.transport.check_endpoint(endpoint)  # a typo fails here, not silently later
@@ -122,7 +121,6 @@ class Node:
         self._links: dict[int, Link] = {}
         self._watch = Watch(self.id)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._stats: Counter[str] = Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: TimerHandle | None = None
         self._timer_at = math.inf
@@ -421,7 +419,6 @@ class Node:
         """Counters: traffic, drops by reason, pending requests, peers, dead letters."""
         engine = self._engine
         out: dict[str, Any] = dict(engine.stats)
-        out.update(self._stats)
         out.update(self._watch.stats)
         out.update(self._dispatch.stats)
         out["dropped"] = dict(engine.dropped)
