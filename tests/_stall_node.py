@@ -82,6 +82,11 @@ async def main(agent_id: str, mesh: str, seed: str) -> None:
             stall(float(msg.payload))
             return "stalled"
 
+        @me.on("work")
+        async def work(msg: zmesh.Message) -> Any:
+            await asyncio.sleep(float(msg.payload))  # a model call that takes this long
+            return {"worked": msg.payload}
+
         @me.on("stall_sync")
         def stall_sync(msg: zmesh.Message) -> Any:
             stall(float(msg.payload))

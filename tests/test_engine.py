@@ -385,3 +385,43 @@ def test_a_seed_is_knocked_on_after_a_long_partition() -> None:
     assert router("b") in net.engines["a"].members.knocks
     net.heal("b")
     assert net.advance(net.now + SEED_RETRY_MAX + 2 * HEARTBEAT, until=lambda: net.joined("a", "b")) is not None
+
+
+# -- replies for a requester whose own loop stalled --------------------------
+
+
+def _stalled_requester() -> tuple[Net, tuple[str, str], Message]:
+    """A asks B; while B works on it, A's loop stalls and B expires A."""
+    net = Net(make_engine("a", agents=("a1",)), make_engine("b", agents=("b1",)))
+    net.connect("a", "b")
+    net.advance(5.0)
+    net.answer = False
+    key = net.request("a", ask("a1", "b1"), deadline=100.0)
+    net.deliver_all()
+    (_, msg), = net.unanswered
+    net.stalled.add("a")
+    net.advance(10.0)
+    assert net.engines["b"].peers == []  # B counted A as gone
+    net.engines["b"].reply_status(msg, "ok", "late but wanted")  # B's handler finishes now
+    net.pump("b")
+    return net, key, msg
+
+
+def test_a_reply_waits_for_a_requester_that_stalled_and_reaches_it() -> None:
+    net, key, _ = _stalled_requester()
+    assert not net.effects("b", fx.DEAD)  # kept for A, not dead-lettered
+    net.stalled.discard("a")
+    replied = net.advance(10.0 + 4 * HEARTBEAT,
+                          until=lambda: any(s.effect[1] == key for s in net.effects("a", fx.REPLIED)))
+    assert replied is not None
+    assert not net.effects("a", fx.FAILED)
+    assert net.engines["b"].members.parked.empty
+
+
+def test_a_reply_kept_for_a_requester_that_never_comes_back_becomes_a_dead_letter() -> None:
+    net, _, msg = _stalled_requester()
+    net.isolate("a")  # it stays away past the patience for a lost peer
+    net.advance(10.0 + 400.0)
+    dead = [s.effect for s in net.effects("b", fx.DEAD)]
+    assert [(d[1].correlation_id, d[2]) for d in dead] == [(msg.correlation_id, "not_found")]
+    assert net.engines["b"].members.parked.empty

@@ -207,3 +207,33 @@ def test_a_stalled_event_loop_rejoins_two_sided(handler: str, tmp_path: Path) ->
     finally:
         for child in children:
             child.close()
+
+
+@pytest.mark.parametrize("work", [1.0, 4.0])  # the reply leaves before / after B expired A
+def test_a_requester_whose_loop_stalled_still_gets_its_reply(work: float, tmp_path: Path) -> None:
+    mesh = f"stall-r-{os.getpid()}-{time.monotonic_ns() % 10**8}"
+    children: list[Child] = []
+    try:
+        a = Child("A", mesh, "-", tmp_path / "A.stderr")
+        children.append(a)
+        seed = a.wait_line(lambda line: "ready" in line, 20, "ready line")["ready"]
+        b = Child("B", mesh, seed, tmp_path / "B.stderr")
+        children.append(b)
+        b.wait_line(lambda line: "ready" in line, 20, "ready line")
+        wait_both_see_each_other(a, b, 0.0, time.time() + 20)
+
+        asked = a.command(op="request", target="B", topic="work", payload=work, timeout=30)
+        a.command(op="request", target="A", topic="stall_async", payload=STALL, timeout=30)  # A blocks itself
+        ended = a.wait_line(lambda line: "stall_ended" in line, STALL + 10, "stall end")["t"]
+        b.wait_line(lambda line: "snap" in line and line["t"] >= ended, 5, "snapshot after the stall")
+        assert any(a.node_id not in s["peers"] for s in b.snaps(ended - STALL, ended)), "B never expired A"
+
+        result = a.wait_line(lambda line: line.get("id") == asked, REJOIN_BUDGET + 5, "the work reply")
+        assert result["ok"], f"the request failed: {result}\n{a.stderr_tail()}\n{b.stderr_tail()}"
+        assert result["payload"] == {"worked": work}
+        assert result["t"] - ended <= REJOIN_BUDGET, f"the reply came {result['t'] - ended:.2f} s after the stall"
+        rejoined = rejoin(a, b, ended, ended + REJOIN_BUDGET)
+        assert_stays_two_sided(a, b, rejoined)
+    finally:
+        for child in children:
+            child.close()

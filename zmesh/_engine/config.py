@@ -9,12 +9,23 @@ from .. import codec
 from ..liveness import LivenessConfig
 from ..message import new_id
 
-__all__ = ["EngineConfig", "LOCAL", "BATCH_BYTES", "MAX_LOGGED_DROPS", "HEADER_ALLOWANCE", "first_endpoint"]
+__all__ = ["EngineConfig", "LOCAL", "BATCH_BYTES", "MAX_LOGGED_DROPS", "HEADER_ALLOWANCE", "first_endpoint",
+           "SEED_RETRY", "SEED_RETRY_MAX", "DISCOVERED_PATIENCE", "LOST_PATIENCE", "MAX_READY_KEYS",
+           "REDISCOVER_MIN", "REDISCOVER_MAX"]
 
 LOCAL = "\x00local"  # outbox key of this node's own agents
 BATCH_BYTES = 256 * 1024  # a batch is flushed early once it reaches this size
 MAX_LOGGED_DROPS = 1024  # bounds the memory that logging "once per peer and reason" takes
 HEADER_ALLOWANCE = 64 * 1024
+
+# Knocking and looking for peers (seconds).
+SEED_RETRY = 1.0
+SEED_RETRY_MAX = 10.0
+DISCOVERED_PATIENCE = 10.0  # an endpoint heard of second-hand is not knocked on forever
+LOST_PATIENCE = 300.0  # a peer that went silent is knocked on this long (a cut link may heal)
+REDISCOVER_MIN = 10.0  # while knocking on a lost peer, refresh discovery after this ...
+REDISCOVER_MAX = 60.0  # ... doubling up to this
+MAX_READY_KEYS = 1024  # subscribers seen before their HELLO, remembered at most
 
 
 def first_endpoint(endpoints: tuple[str, ...]) -> str | None:

@@ -27,7 +27,15 @@ from ..errors import InvalidMessage, NodeClosed
 from ..message import Message
 from ..registry import NodeRecord, Registry
 from . import inbound
-from .config import BATCH_BYTES, HEADER_ALLOWANCE, LOCAL, MAX_LOGGED_DROPS, EngineConfig, first_endpoint
+from .config import (
+    BATCH_BYTES,
+    DISCOVERED_PATIENCE,
+    HEADER_ALLOWANCE,
+    LOCAL,
+    MAX_LOGGED_DROPS,
+    EngineConfig,
+    first_endpoint,
+)
 from .effects import CLOSE, DEAD, OPEN, PUBLISH, SEND, Effect
 from .members import Members
 from .requests import Key, Requests
@@ -134,6 +142,7 @@ class Engine:
         self.members.by_key.clear()
         self.members.knocks.clear()
         self.members.endpoints.clear()
+        self.members.parked.clear()
 
     # -- the local record ------------------------------------------------
 
@@ -191,8 +200,6 @@ class Engine:
 
     def discovered(self, endpoint: str, now: float) -> None:
         """A member may live at this endpoint (mDNS, the in-process hub)."""
-        from .members import DISCOVERED_PATIENCE
-
         self._now = now
         if not self.closed and endpoint not in self.routers:
             self.members.knock(endpoint, DISCOVERED_PATIENCE, now)
@@ -358,10 +365,6 @@ class Engine:
 
     def reply(self, reply: Message) -> None:
         """Send a reply; dead-lettered here when its requester is gone."""
-        route = self.route(reply.target)
-        if route is None:
-            self.effects.append((DEAD, reply, "not_found", "the requester is gone", reply.target))
-            return
         try:
             item = self.encode(reply)
         except InvalidMessage as exc:
@@ -369,7 +372,11 @@ class Engine:
             reply.status = "error"
             reply.payload = {"type": "InvalidMessage", "message": str(exc)}
             item = self.encode(reply)
-        self.enqueue(route, item)
+        route = self.route(reply.target)
+        if route is not None:
+            self.enqueue(route, item)
+        elif not self.members.parked.park(reply.target, item, reply):
+            self.effects.append((DEAD, reply, "not_found", "the requester is gone", reply.target))
 
     def reply_status(self, msg: Message, status: str, payload: Any) -> None:
         """Answer request ``msg`` with ``status`` ("ok", or why it failed here)."""

@@ -17,6 +17,16 @@ from ..errors import FrameError
 from ..registry import MeshEvent, NodeRecord
 from ..transport.base import endpoint_host, is_loopback_endpoint
 from .effects import ACKED, ANNOUNCE, CLOSE, EVENT, REDISCOVER, SEND, SUBSCRIBE, UNSUBSCRIBE
+from . import timers
+from .config import (
+    DISCOVERED_PATIENCE,
+    LOST_PATIENCE,
+    MAX_READY_KEYS,
+    REDISCOVER_MIN,
+    SEED_RETRY,
+    SEED_RETRY_MAX,
+)
+from .parked import Parked
 from .states import step
 
 if TYPE_CHECKING:
@@ -27,13 +37,6 @@ __all__ = ["Members", "Peer", "Knock", "SEED_RETRY", "SEED_RETRY_MAX", "DISCOVER
 
 log = logging.getLogger("zmesh")
 
-SEED_RETRY = 1.0
-SEED_RETRY_MAX = 10.0
-DISCOVERED_PATIENCE = 10.0  # an endpoint heard of second-hand is not knocked on forever
-LOST_PATIENCE = 300.0  # a peer that went silent is knocked on this long (a cut link may heal)
-REDISCOVER_MIN = 10.0  # while knocking on a lost peer, refresh discovery after this ...
-REDISCOVER_MAX = 60.0  # ... doubling up to this
-MAX_READY_KEYS = 1024  # subscribers seen before their HELLO, remembered at most
 
 
 @dataclass(slots=True, eq=False)
@@ -83,6 +86,7 @@ class Members:
         self.knocks: dict[str, Knock] = {}
         self.ready_keys: dict[str, None] = {}
         self.endpoints: dict[str, str] = {}  # every router endpoint of every peer -> its node id
+        self.parked = Parked(engine)
         self._hello: tuple[tuple[int, int, bool], bytes] | None = None
         self._peers_changed = 0  # bumped whenever a peer comes or goes
         self.next_rediscover = 0.0
@@ -90,25 +94,32 @@ class Members:
 
     # -- transitions -----------------------------------------------------
 
-    def _move(self, obj: Peer | Knock, event: str) -> None:
+    def move(self, obj: Peer | Knock, event: str) -> None:
         new = step(obj.state, event)
         self.e.transitions[(obj.state, event)] += 1
         obj.state = new
 
     # -- knocking --------------------------------------------------------
 
-    def knock(self, endpoint: str, patience: float | None, now: float, node_id: str = "") -> Knock | None:
-        """Say HELLO to ``endpoint`` until answered; ``patience`` None: forever."""
+    def knock(
+        self, endpoint: str, patience: float | None, now: float, node_id: str = "", link: int | None = None
+    ) -> Knock | None:
+        """Say HELLO to ``endpoint`` until answered; ``patience`` None: forever.
+
+        ``link``: knock on a link already open to it (None: open one).
+        """
         e = self.e
         old = self.knocks.get(endpoint)
         if old is not None and old.state == "refused" and patience is None:
-            self._move(old, "give_up")  # the user asks again: maybe the other side changed
-            self._drop_knock(old)
+            self.move(old, "give_up")  # the user asks again: maybe the other side changed
+            self.drop_knock(old)
         if endpoint in self.knocks or endpoint in e.routers:
             return None
         if endpoint in self.endpoints:
             return None  # a peer's already
-        knock = Knock(endpoint, e.open_link(endpoint), next_try=now + SEED_RETRY, node_id=node_id)
+        if link is None:
+            link = e.open_link(endpoint)
+        knock = Knock(endpoint, link, next_try=now + SEED_RETRY, node_id=node_id)
         if patience is not None:
             knock.give_up_at = now + patience
         self.knocks[endpoint] = knock
@@ -116,9 +127,11 @@ class Members:
         self.send_hello(knock.link, reply=True)
         return knock
 
-    def _drop_knock(self, knock: Knock) -> None:
+    def drop_knock(self, knock: Knock) -> None:
         self.e.out((CLOSE, knock.link))
         del self.knocks[knock.endpoint]
+        if knock.node_id:
+            self.parked.release(knock.node_id, None)
 
     def send_hello(self, link: int, reply: bool) -> None:
         e = self.e
@@ -132,7 +145,7 @@ class Members:
     def heard(self, peer: Peer, now: float) -> None:
         peer.last_heard = now
         if peer.state == "evasive":
-            self._move(peer, "heard")
+            self.move(peer, "heard")
 
     # -- the handshake ---------------------------------------------------
 
@@ -156,7 +169,7 @@ class Members:
             log.info("zmesh %s: node %s restarted", e.node_id, peer.node_id)
             # The old record stays in the registry until the new incarnation
             # joins and replaces it in one step (peer_restarted, no leave/join storm).
-            self._move(peer, "restarted")
+            self.move(peer, "restarted")
             self.detach(peer, "restarted")
             peer = None
         if peer is None:
@@ -167,13 +180,14 @@ class Members:
                 # It knocks although we count it as a peer: it lost us (it
                 # expired us while our loop stalled, say). Tell every publisher
                 # we are attached to that we are, so it can count us again.
-                self._move(peer, "reset")
+                self.move(peer, "reset")
                 e.out((ANNOUNCE,))
             else:
-                self._move(peer, "hello")
+                self.move(peer, "hello")
             self.accept_record(peer, record)
         if hello.reply:
             self.send_hello(peer.link, reply=False)
+        self.parked.release(peer.node_id, peer)  # after our HELLO: it must know us first
         # 127.x in the sender's list means the sender's host: only usable when
         # that is our host too (we reach the sender itself over loopback).
         same_host = is_loopback_endpoint(peer.router)
@@ -199,9 +213,9 @@ class Members:
         if router is None or pub is None:
             raise FrameError("unreachable", f"no endpoint of {record.node_id!r} is reachable from here")
         for old in [k for k in self.knocks.values() if k.node_id == record.node_id and k is not knock]:
-            self._drop_knock(old)  # knocking on an old incarnation's address
+            self.drop_knock(old)  # knocking on an old incarnation's address
         if knock is not None:
-            self._move(knock, "answered")
+            self.move(knock, "answered")
             del self.knocks[knock.endpoint]
             link = knock.link
         else:
@@ -229,7 +243,7 @@ class Members:
 
     def ready(self, peer: Peer) -> None:
         was_joined = peer.joined
-        self._move(peer, "ready")
+        self.move(peer, "ready")
         if was_joined:
             return
         peer.was_joined = True
@@ -273,7 +287,7 @@ class Members:
         waiting = [k for k in self.knocks.values() if k.state == "knocking"]
         matched = [k for k in waiting if k.endpoint in refuse.endpoints]
         for knock in matched or waiting:  # a seed spelled differently: stop all that wait
-            self._move(knock, "refused")
+            self.move(knock, "refused")
             knock.refusal = refuse.reason
         if (refuse.node_id, "refused_us") not in e.logged_drops:
             e.logged_drops.add((refuse.node_id, "refused_us"))
@@ -282,7 +296,7 @@ class Members:
 
     # -- departures ------------------------------------------------------
 
-    def detach(self, peer: Peer, why: str) -> None:
+    def detach(self, peer: Peer, why: str, keep_link: bool = False) -> None:
         """Forget a peer's connection: link, subscription, queued items, pending requests."""
         e = self.e
         del self.peers[peer.node_id]
@@ -292,27 +306,34 @@ class Members:
                 del self.endpoints[endpoint]
         self.by_key.pop(peer.key, None)
         e.discard_outbox(peer.node_id)
-        e.out((CLOSE, peer.link))
+        if not keep_link:
+            e.out((CLOSE, peer.link))
         e.out((UNSUBSCRIBE, peer.pub))
         e.requests.fail_to(peer.node_id, f"node {peer.node_id!r} {why}")
 
     def remove(self, peer: Peer, event: str, why: str, now: float) -> None:
         e = self.e
-        self._move(peer, event)
-        self.detach(peer, why)
+        self.move(peer, event)
+        silent = event == "silent" and not e.closed
+        self.detach(peer, why, keep_link=silent)
         for mesh_event in e.registry.remove(peer.node_id, why):
             e.out((EVENT, mesh_event))
         e.out((ACKED,))
         log.info("zmesh %s: peer %s left (%s)", e.node_id, peer.node_id, why)
-        if event == "silent" and not e.closed:
+        if silent:
             # Silence may be a cut link or a stalled loop, not a death: keep
             # knocking (with backoff) so the peer rejoins when it comes back.
+            # The knock reuses the peer's link: a new connection under the same
+            # routing id would make its ROUTER hand over, and what is still
+            # queued on the old one would arrive there under a made-up id.
             patience: float | None = LOST_PATIENCE if peer.was_joined else DISCOVERED_PATIENCE
             if peer.router in e.seeds:
                 patience = None  # a seed the user gave: as at start, knock until it answers
-            knock = self.knock(peer.router, patience, now, node_id=peer.node_id)
-            if knock is not None:
-                knock.node_id = peer.node_id
+            knock = self.knock(peer.router, patience, now, node_id=peer.node_id, link=peer.link)
+            if knock is None:
+                e.out((CLOSE, peer.link))
+            else:
+                self.parked.expect(peer)
             e.out((REDISCOVER,))
 
     # -- control items ---------------------------------------------------
@@ -345,58 +366,7 @@ class Members:
     # -- time ------------------------------------------------------------
 
     def tick(self, now: float) -> None:
-        e = self.e
-        config = e.liveness
-        if config is not None:
-            beat = False
-            for peer in list(self.peers.values()):
-                silence = now - peer.last_heard
-                if silence >= config.expire_after:
-                    self.remove(peer, "silent", "expired", now)
-                    continue
-                if silence >= config.evasive_after and peer.state == "joined":
-                    self._move(peer, "quiet")
-                    e.out((EVENT, MeshEvent("peer_evasive", peer.node_id)))
-                    e.enqueue(peer.node_id, encode_control(Ping(True)))
-                elif peer.state == "connecting":
-                    if now - peer.last_knock >= 2 * config.heartbeat:
-                        # Still not attached: knock again, so a peer that counts
-                        # us as joined already re-announces its attachment.
-                        peer.last_knock = now
-                        self.send_hello(peer.link, reply=True)
-                    elif now - peer.last_sent >= config.heartbeat:
-                        e.enqueue(peer.node_id, encode_control(Ping(silence >= config.evasive_after)))
-                else:
-                    if peer.acked_seq < e.seq and now - peer.update_sent >= 2 * config.heartbeat:
-                        self.send_update(peer)  # the UPDATE or its ACK was lost: again
-                    if now - peer.last_sent >= config.heartbeat:
-                        beat = True  # its SUB is attached: our one published beat reaches it
-            if beat:
-                # One empty publish frame is a heartbeat to every joined peer at
-                # once: idle cost per node stays O(1) sends, not O(N).
-                e.out_publish_beat()
-                for peer in self.peers.values():
-                    if peer.state != "connecting":
-                        peer.last_sent = now
-        for knock in list(self.knocks.values()):
-            if knock.give_up_at and now >= knock.give_up_at:
-                if knock.state == "knocking":
-                    log.warning("zmesh %s: no answer from %s; giving up on it", e.node_id, knock.endpoint)
-                self._move(knock, "give_up")
-                self._drop_knock(knock)
-            elif knock.state == "knocking" and now >= knock.next_try:
-                self._move(knock, "retry")
-                knock.next_try = now + knock.interval
-                knock.interval = min(knock.interval * 1.5, SEED_RETRY_MAX)
-                self.send_hello(knock.link, reply=True)
-                if knock.node_id and now >= self.next_rediscover:
-                    # It may be back at a new address (restarted while cut off):
-                    # announce ourselves and browse again, as on its expiry.
-                    self.next_rediscover = now + self.rediscover_every
-                    self.rediscover_every = min(2 * self.rediscover_every, REDISCOVER_MAX)
-                    e.out((REDISCOVER,))
-        if self.rediscover_every > REDISCOVER_MIN and not any(k.node_id for k in self.knocks.values()):
-            self.rediscover_every = REDISCOVER_MIN  # nobody missing any more: start over
+        timers.tick(self, now)
 
     def next_tick(self) -> float:
         """When ``tick`` next has something to do, at the latest."""
