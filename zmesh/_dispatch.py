@@ -110,7 +110,7 @@ class Dispatch:
             raise NodeClosed(f"node {self._node.id!r} is closed")
         if (timeout.__class__ is not float and timeout.__class__ is not int) or not timeout > 0:
             raise InvalidMessage(f"timeout must be a positive number of seconds, got {timeout!r}")
-        started = self._clock.monotonic()
+        started = self._node._now()
         key = self._engine.request(msg, started + timeout, started)
         if key is None:
             raise self._not_found(msg, kind, started)
