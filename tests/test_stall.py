@@ -11,6 +11,7 @@ as coming from a node that has not joined.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -19,7 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -179,8 +180,9 @@ def assert_stays_two_sided(a: Child, b: Child, start: float) -> None:
         )
 
 
-@pytest.mark.parametrize("handler", ["stall_async", "stall_sync"])
-def test_a_stalled_event_loop_rejoins_two_sided(handler: str, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def joined_pair(tmp_path: Path) -> Iterator[tuple[Child, Child]]:
+    """Nodes A and B in two processes, B joined through A's endpoint; both closed on exit."""
     mesh = f"stall-{os.getpid()}-{time.monotonic_ns() % 10**8}"
     children: list[Child] = []
     try:
@@ -191,6 +193,15 @@ def test_a_stalled_event_loop_rejoins_two_sided(handler: str, tmp_path: Path) ->
         children.append(b)
         b.wait_line(lambda line: "ready" in line, 20, "ready line")
         wait_both_see_each_other(a, b, 0.0, time.time() + 20)
+        yield a, b
+    finally:
+        for child in children:
+            child.close()
+
+
+@pytest.mark.parametrize("handler", ["stall_async", "stall_sync"])
+def test_a_stalled_event_loop_rejoins_two_sided(handler: str, tmp_path: Path) -> None:
+    with joined_pair(tmp_path) as (a, b):
         assert a.request("B", "echo")["ok"] and b.request("A", "echo")["ok"]
 
         trigger = a.command(op="request", target="B", topic=handler, payload=STALL, timeout=30)
@@ -204,24 +215,12 @@ def test_a_stalled_event_loop_rejoins_two_sided(handler: str, tmp_path: Path) ->
         result = [line for line in list(a.lines) if line.get("id") == trigger]
         print(f"{handler}: two-sided again {rejoined - ended:.3f} s after the stall ended; trigger: {result}")
         assert_stays_two_sided(a, b, rejoined)
-    finally:
-        for child in children:
-            child.close()
+
 
 
 @pytest.mark.parametrize("work", [1.0, 4.0])  # the reply leaves before / after B expired A
 def test_a_requester_whose_loop_stalled_still_gets_its_reply(work: float, tmp_path: Path) -> None:
-    mesh = f"stall-r-{os.getpid()}-{time.monotonic_ns() % 10**8}"
-    children: list[Child] = []
-    try:
-        a = Child("A", mesh, "-", tmp_path / "A.stderr")
-        children.append(a)
-        seed = a.wait_line(lambda line: "ready" in line, 20, "ready line")["ready"]
-        b = Child("B", mesh, seed, tmp_path / "B.stderr")
-        children.append(b)
-        b.wait_line(lambda line: "ready" in line, 20, "ready line")
-        wait_both_see_each_other(a, b, 0.0, time.time() + 20)
-
+    with joined_pair(tmp_path) as (a, b):
         asked = a.command(op="request", target="B", topic="work", payload=work, timeout=30)
         a.command(op="request", target="A", topic="stall_async", payload=STALL, timeout=30)  # A blocks itself
         ended = a.wait_line(lambda line: "stall_ended" in line, STALL + 10, "stall end")["t"]
@@ -234,6 +233,4 @@ def test_a_requester_whose_loop_stalled_still_gets_its_reply(work: float, tmp_pa
         assert result["t"] - ended <= REJOIN_BUDGET, f"the reply came {result['t'] - ended:.2f} s after the stall"
         rejoined = rejoin(a, b, ended, ended + REJOIN_BUDGET)
         assert_stays_two_sided(a, b, rejoined)
-    finally:
-        for child in children:
-            child.close()
+
