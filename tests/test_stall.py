@@ -217,7 +217,6 @@ def test_a_stalled_event_loop_rejoins_two_sided(handler: str, tmp_path: Path) ->
         assert_stays_two_sided(a, b, rejoined)
 
 
-
 @pytest.mark.parametrize("work", [1.0, 4.0])  # the reply leaves before / after B expired A
 def test_a_requester_whose_loop_stalled_still_gets_its_reply(work: float, tmp_path: Path) -> None:
     with joined_pair(tmp_path) as (a, b):
@@ -233,4 +232,3 @@ def test_a_requester_whose_loop_stalled_still_gets_its_reply(work: float, tmp_pa
         assert result["t"] - ended <= REJOIN_BUDGET, f"the reply came {result['t'] - ended:.2f} s after the stall"
         rejoined = rejoin(a, b, ended, ended + REJOIN_BUDGET)
         assert_stays_two_sided(a, b, rejoined)
-
