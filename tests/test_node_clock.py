@@ -44,3 +44,18 @@ async def test_silence_on_the_nodes_clock_expires_a_peer_and_the_pair_heals() ->
         # Both knock again at once (on the links they had): the pair re-forms by itself.
         await wait_for(lambda: n1.peers == [n2.id] and n2.peers == [n1.id], 5, "the pair to re-form")
         assert (await a.request("b", "echo", timeout=5)).payload == "back"
+
+
+async def test_every_counter_is_in_stats_from_the_start() -> None:
+    from zmesh.node import COUNTERS
+
+    async with zmesh.Node("fresh", transport="inproc") as node:
+        stats = node.stats()
+        assert {key: stats[key] for key in COUNTERS} == dict.fromkeys(COUNTERS, 0)
+        a, b = node.agent("a"), node.agent("b")
+        b.add_handler("x", lambda msg: 1)
+        await a.request("b", "x", timeout=5)
+        structural = {"dropped", "dropped_total", "pending_requests", "peers", "agents", "dead_letters", "transport"}
+        assert set(node.stats()) - structural == set(COUNTERS)  # nothing is counted outside the list
+        moved = {key for key in COUNTERS if node.stats()[key]}
+        assert {"requests_sent", "handled", "messages_received"} <= moved

@@ -44,6 +44,14 @@ log = logging.getLogger("zmesh")
 
 _SEND, _DELIVER, _REPLIED, _FAILED = fx.SEND, fx.DELIVER, fx.REPLIED, fx.FAILED
 
+#: The counters of ``Node.stats()``; each is there, at 0, before it first moves.
+COUNTERS = (
+    "messages_sent", "messages_received", "requests_sent", "broadcasts", "late_replies",
+    "handled", "handler_errors", "frames_sent", "frames_received", "bytes_sent", "bytes_received",
+    "frames_published", "bytes_published", "heartbeats_published", "items_to_departed_peers",
+    "events_overflowed",
+)
+
 
 def _check_name(what: str, value: object) -> None:
     if not isinstance(value, str) or not value or len(value) > 64 or "|" in value:
@@ -420,7 +428,8 @@ class Node:
     def stats(self) -> dict[str, Any]:
         """Counters: traffic, drops by reason, pending requests, peers, dead letters."""
         engine = self._engine
-        out: dict[str, Any] = dict(engine.stats)
+        out: dict[str, Any] = dict.fromkeys(COUNTERS, 0)  # every counter, from the start
+        out.update(engine.stats)
         out.update(self._watch.stats)
         out.update(self._dispatch.stats)
         out["dropped"] = dict(engine.dropped)
