@@ -175,15 +175,12 @@ def test_stalled_loop_rejoins_both_sides_within_two_heartbeats(tick_first: bool)
     net.stalled.discard("b")
     if tick_first:
         net.tick("b")  # B's overdue timer fires before its socket is read
-        assert b.peers == []
+        assert b.peers == ["a"]  # B was the one that could not watch: A's silence does not count
     rejoined = net.advance(15.0 + 2 * HEARTBEAT, until=lambda: net.joined("a", "b"))
     assert rejoined is not None and rejoined - 15.0 <= 2 * HEARTBEAT
-    if tick_first:
-        assert b.transitions[("joined", "silent")] == 1
-    else:
-        assert b.transitions[("joined", "silent")] == 0
-        assert b.transitions[("joined", "reset")] >= 1  # A knocked while B counted it as joined
-        assert net.effects("b", fx.ANNOUNCE, since=15.0)  # so B re-announced its SUB to A
+    assert b.transitions[("joined", "silent")] == 0 and b.transitions[("evasive", "silent")] == 0
+    assert b.transitions[("joined", "reset")] >= 1  # A knocked while B counted it as joined
+    assert net.effects("b", fx.ANNOUNCE, since=15.0)  # so B re-announced its SUB to A
     net.advance(15.0 + 2 * HEARTBEAT)
 
     def churn() -> dict[str, tuple[int, int]]:  # departures seen, and frames dropped as one-sided
@@ -364,8 +361,8 @@ def test_every_transition_made_is_in_the_table_and_no_other_is_allowed() -> None
     assert set(seen) <= set(TRANSITIONS)
     assert {
         ("knocking", "answered"), ("knocking", "retry"), ("knocking", "refused"), ("connecting", "ready"),
-        ("connecting", "reset"), ("joined", "ready"), ("joined", "reset"), ("joined", "quiet"),
-        ("evasive", "silent"), ("joined", "silent"), ("joined", "bye"), ("joined", "restarted"),
+        ("joined", "ready"), ("joined", "reset"), ("joined", "quiet"),
+        ("evasive", "silent"), ("joined", "bye"), ("joined", "restarted"),
     } <= set(seen)
     for state in STATES:
         for event in EVENTS:

@@ -90,6 +90,7 @@ class Members:
         self._hello: tuple[tuple[int, int, bool], bytes] | None = None
         self._peers_changed = 0  # bumped whenever a peer comes or goes
         self.next_rediscover = 0.0
+        self.last_tick: float | None = None  # when liveness was last checked
         self.rediscover_every = REDISCOVER_MIN
 
     # -- transitions -----------------------------------------------------
