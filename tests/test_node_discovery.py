@@ -31,7 +31,7 @@ async def test_discovery_can_be_turned_off() -> None:
     mesh = f"mdns-off-{os.getpid()}-{time.monotonic_ns() % 10**6}"
     async with zmesh.Node(mesh, discovery=False) as n1, zmesh.Node(mesh) as n2:
         n2.agent("b")
-        assert n1._discovery is None
+        assert n1._driver.discovery is None
         with pytest.raises(zmesh.Timeout):
             await n1.wait_for_agents("b", timeout=1.0)
         # a seed still works where discovery is off

@@ -30,6 +30,7 @@ from .message import Message
 from .observer import Observer, Receipt
 
 if TYPE_CHECKING:
+    from ._driver import Driver
     from .node import Node
 
 __all__ = ["Dispatch", "AgentPort"]
@@ -62,9 +63,10 @@ class AgentPort:
 
 
 class Dispatch:
-    def __init__(self, node: Node, engine: Engine, dead_letter_capacity: int) -> None:
+    def __init__(self, node: Node, engine: Engine, driver: Driver, dead_letter_capacity: int) -> None:
         self._node = node
         self._engine = engine
+        self._driver = driver
         self._clock = node.clock
         self._futures: dict[Key, asyncio.Future[Message]] = {}
         self._observers: list[Observer] = []
@@ -85,7 +87,7 @@ class Dispatch:
             raise NodeClosed(f"node {self._node.id!r} is closed")
         if not self._engine.send(msg):
             raise self._not_found(msg, kind, self._clock.monotonic(), dead_letter)
-        self._node._pump()
+        self._driver.pump()
         if self._observers:
             self.receipt(kind, "success", self._clock.monotonic(), msg)
 
@@ -110,13 +112,13 @@ class Dispatch:
             raise NodeClosed(f"node {self._node.id!r} is closed")
         if (timeout.__class__ is not float and timeout.__class__ is not int) or not timeout > 0:
             raise InvalidMessage(f"timeout must be a positive number of seconds, got {timeout!r}")
-        started = self._node._now()
+        started = self._driver.now()
         key = self._engine.request(msg, started + timeout, started)
         if key is None:
             raise self._not_found(msg, kind, started)
-        future: asyncio.Future[Message] = self._node._loop.create_future()  # type: ignore[union-attr]
+        future: asyncio.Future[Message] = self._driver.loop.create_future()  # type: ignore[union-attr]
         self._futures[key] = future
-        self._node._pump()
+        self._driver.pump()
         try:
             reply = await future
         except asyncio.CancelledError:
@@ -155,13 +157,13 @@ class Dispatch:
 
     def reply(self, request: Message, status: str, payload: Any) -> None:
         self._engine.reply_status(request, status, payload)
-        if not self._node._in_drain:  # a drain sends when it ends
-            self._node._pump()
+        if not self._driver.in_drain:  # a drain sends when it ends
+            self._driver.pump()
 
     def broadcast(self, msg: Message) -> int:
         started = self._clock.monotonic()
         reached = self._engine.broadcast(msg)
-        self._node._pump()
+        self._driver.pump()
         self.receipt("broadcast", "success", started, msg, reached=reached)
         return reached
 

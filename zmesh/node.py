@@ -13,36 +13,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import socket
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Sequence
 
 from ._context import current_trace_id, trace_context
 from ._dispatch import Dispatch
+from ._driver import Driver
 from ._engine import Engine, EngineConfig
-from ._engine import effects as fx
 from ._watch import Watch
 from .agent import Agent
-from .clock import Clock, SystemClock, TimerHandle
+from .clock import Clock, SystemClock
 from .deadletters import DeadLetters
 from .errors import AgentExists, NodeClosed, Timeout, TransportError, ZmeshError
 from .liveness import LivenessConfig
 from .observer import Observer
 from .registry import MeshEvent, Registry
 from .transport import make_transport
-from .transport.base import Link, Transport
-
-if TYPE_CHECKING:
-    from .discovery import MdnsDiscovery
+from .transport.base import Transport
 
 __all__ = ["Node", "current_trace_id", "trace_context"]
 
 log = logging.getLogger("zmesh")
-
-_SEND, _DELIVER, _REPLIED, _FAILED = fx.SEND, fx.DELIVER, fx.REPLIED, fx.FAILED
 
 #: The counters of ``Node.stats()``; each is there, at 0, before it first moves.
 COUNTERS = (
@@ -95,8 +89,6 @@ class Node:
         self.incarnation = "%016x%s" % (time.time_ns(), os.urandom(3).hex())
         self.key = f"{self.id}|{self.incarnation}"
         self.clock: Clock = clock or SystemClock()
-        # The system clock's monotonic() is time.monotonic: call it directly on the hot path.
-        self._now: Callable[[], float] = time.monotonic if type(self.clock) is SystemClock else self.clock.monotonic
         self.max_payload = max_payload
         self.liveness_config = liveness or LivenessConfig()
         self.settle_timeout = settle_timeout
@@ -122,22 +114,15 @@ class Node:
         )
         self.max_frame = self._engine.max_frame
         self.registry: Registry = self._engine.registry
-        self._dispatch = Dispatch(self, self._engine, dead_letter_capacity)
+        self._watch = Watch(self.id)
+        self._driver = Driver(self._engine, self.transport, self.clock, self._watch)
+        self._dispatch = Dispatch(self, self._engine, self._driver, dead_letter_capacity)
+        self._driver.dispatch = self._dispatch
         self.dead_letters: DeadLetters = self._dispatch.dead_letters
         self._seed_endpoints = [seeds] if isinstance(seeds, str) else list(seeds)
         for endpoint in self._seed_endpoints:
             self.transport.check_endpoint(endpoint)  # a typo fails here, not silently later
         self._agents: dict[str, Agent] = {}
-        self._links: dict[int, Link] = {}
-        self._watch = Watch(self.id)
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: TimerHandle | None = None
-        self._timer_at = math.inf
-        self._flush_scheduled = False
-        self._in_drain = False
-        self._discovery: MdnsDiscovery | None = None
-        self._refreshing = False
         self._started = False
         self._closed = False
 
@@ -158,26 +143,27 @@ class Node:
             return
         if self._closed:
             raise NodeClosed("a closed node cannot be restarted; create a new Node")
-        self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         self._started = True
         try:
-            await self.transport.start(self, self.key, self.mesh, self._loop)
+            await self.transport.start(self._driver, self.key, self.mesh, loop)
         except ZmeshError:
             self._closed = True
             raise
         self._engine.start(self.transport.router_endpoints, self.transport.pub_endpoints, self.clock.monotonic())
+        self._driver.start(loop)
         # Join one iteration later: agents registered right after start() then
         # travel in the first HELLO, so a restarted node is seen as one change.
-        self._loop.call_soon(self._connect_seeds)
+        loop.call_soon(self._connect_seeds)
         await self._start_discovery()
-        self._pump()
+        self._driver.pump()
 
     async def _start_discovery(self) -> None:
         if self.transport.capabilities.discovery != "mdns" or self.discovery_enabled is False:
             return
         from ._discovery_glue import start_mdns
 
-        self._discovery = await start_mdns(self, self.transport)
+        self._driver.discovery = await start_mdns(self, self.transport)
 
     def _connect_seeds(self) -> None:
         if not self._closed:
@@ -192,22 +178,19 @@ class Node:
         if self._closed:
             return
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._discovery is not None:
-            await self._discovery.close()
+        driver = self._driver
+        driver.stop()
+        if driver.discovery is not None:
+            await driver.discovery.close()
         self._engine.close(self.clock.monotonic())
-        self._pump()
+        driver.pump()
         await self._dispatch.tasks.cancel_all()
-        for task in list(self._tasks):
+        for task in list(driver.tasks):
             task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if driver.tasks:
+            await asyncio.gather(*driver.tasks, return_exceptions=True)
         self._watch.wake()
-        for link in self._links.values():
-            link.close()
-        self._links.clear()
+        driver.close_links()
         if self._started:
             await self.transport.close()
         self._watch.end()
@@ -249,7 +232,7 @@ class Node:
         # Peers advertise addresses; spelled that way, the seed is recognised
         # as answered when its node's HELLO lists the same endpoint.
         self._engine.connect(endpoint.replace("://localhost:", "://127.0.0.1:"), self.clock.monotonic())
-        self._pump()
+        self._driver.pump()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -283,137 +266,16 @@ class Node:
     def _agent_changed(self, agent: Agent) -> None:
         if self._agents.get(agent.id) is agent:
             self._engine.set_agent(agent.id, agent.capabilities, frozenset(agent.subscriptions))
-            self._pump()
+            self._driver.pump()
 
     def _remove_agent(self, agent_id: str) -> None:
         if self._agents.pop(agent_id, None) is not None:
             self._engine.remove_agent(agent_id)
-            self._pump()
-
-    # -- driving the engine ----------------------------------------------
-
-    def _pump(self) -> None:
-        """Carry out everything the engine asked for, then arm its timer."""
-        engine = self._engine
-        while engine.effects:
-            effects, engine.effects = engine.effects, []
-            links, dispatch = self._links, self._dispatch
-            for effect in effects:
-                op = effect[0]
-                if op == _SEND:
-                    link = links.get(effect[1])
-                    if link is not None:
-                        link.send(effect[2])
-                elif op == _DELIVER:
-                    dispatch.deliver(effect[1], effect[2], effect[3])
-                elif op == _REPLIED:
-                    dispatch.resolved(effect[1], effect[2], None)
-                elif op == _FAILED:
-                    dispatch.resolved(effect[1], None, effect[2])
-                else:
-                    self._rare_effect(op, effect)
-        if not self._flush_scheduled and not self._in_drain and engine.has_queued and self._loop is not None:
-            self._flush_scheduled = True
-            engine.hold = True
-            self._loop.call_soon(self._flush)
-        if engine.earliest < self._timer_at and self._started and not self._closed:
-            self._arm_timer(engine.earliest)
-
-    def _arm_timer(self, deadline: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = deadline
-        self._timer = self.clock.call_later(max(0.0, deadline - self.clock.monotonic()), self._on_timer)
-
-    def _rare_effect(self, op: int, effect: tuple[Any, ...]) -> None:
-        if op == fx.PUBLISH:
-            self.transport.publish(effect[1])
-        elif op == fx.OPEN:
-            self._links[effect[1]] = self.transport.open_link(effect[2])
-        elif op == fx.CLOSE:
-            link = self._links.pop(effect[1], None)
-            if link is not None:
-                link.close()
-        elif op == fx.SUBSCRIBE:
-            self.transport.subscribe(effect[1])
-        elif op == fx.UNSUBSCRIBE:
-            self.transport.unsubscribe(effect[1])
-        elif op == fx.ANNOUNCE:
-            self.transport.announce()
-        elif op == fx.EVENT:
-            self._watch.emit(effect[1])
-        elif op == fx.ACKED:
-            self._watch.wake()
-        elif op == fx.DEAD:
-            self._dispatch.dead(effect[1], effect[2], effect[3], effect[4])
-        elif op == fx.REDISCOVER:
-            refresh = getattr(self._discovery, "refresh", None)
-            if refresh is not None and self._loop is not None and not self._closed and not self._refreshing:
-                self._refreshing = True  # one at a time: K peers expiring at once ask K times
-                task = self._loop.create_task(refresh())
-                self._tasks.add(task)
-                task.add_done_callback(self._refresh_done)
-        else:  # pragma: no cover - an engine/driver mismatch
-            raise AssertionError(f"unknown effect {effect!r}")
-
-    def _refresh_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        self._refreshing = False
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("zmesh %s: mDNS refresh failed: %r", self.id, task.exception())
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = math.inf
-        if self._closed:
-            return
-        self._engine.tick(self.clock.monotonic())
-        self._pump()
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        self._engine.flush()
-        self._pump()
-
-    # -- transport callbacks (TransportHost) -------------------------------
-
-    # A drain feeds frames in a batch; what they cause (handlers to run,
-    # replies to send) is carried out once, when the batch ends.
-
-    def on_direct_frame(self, key: str, frame: bytes) -> None:
-        self._in_drain = True
-        self._engine.hold = True
-        self._engine.receive_direct(key, frame, self._now())
-
-    def on_pub_frame(self, frame: bytes) -> None:
-        self._in_drain = True
-        self._engine.hold = True
-        self._engine.receive_published(frame, self._now())
-
-    def on_drained(self) -> None:
-        """After a batch of frames: run what they caused, then send, one frame per peer."""
-        engine = self._engine
-        if engine.effects:
-            self._pump()
-        self._in_drain = False
-        if not self._flush_scheduled:
-            engine.flush()
-            if engine.effects:
-                self._pump()
-
-    def on_subscriber_ready(self, key: str) -> None:
-        self._engine.subscriber_ready(key, self.clock.monotonic())
-        self._pump()
-
-    def on_transport_drop(self, reason: str, where: str) -> None:
-        self._engine.drop(reason, where)
+            self._driver.pump()
 
     def on_discovered(self, router_endpoint: str) -> None:
-        """Transport or discovery callback: a member may live at this endpoint."""
-        if self._closed or router_endpoint == self.endpoint:
-            return
-        self._engine.discovered(router_endpoint, self.clock.monotonic())
-        self._pump()
+        """Discovery callback: a member may live at this endpoint."""
+        self._driver.on_discovered(router_endpoint)
 
     # -- observation -----------------------------------------------------
 
