@@ -422,3 +422,14 @@ def test_a_reply_kept_for_a_requester_that_never_comes_back_becomes_a_dead_lette
     dead = [s.effect for s in net.effects("b", fx.DEAD)]
     assert [(d[1].correlation_id, d[2]) for d in dead] == [(msg.correlation_id, "not_found")]
     assert net.engines["b"].members.parked.empty
+
+
+def test_a_drop_from_a_raw_routing_id_is_logged_printably(caplog: pytest.LogCaptureFixture) -> None:
+    engine = make_engine("a")
+    engine.start((router("a"),), (pub("a"),), 0.0)
+    frame = codec.join_frame([codec.encode_control(codec.Ping(True))])
+    with caplog.at_level("WARNING", logger="zmesh"):
+        engine.receive_direct("\x00k\ufffdEg", frame, 1.0)  # ZeroMQ's made-up id for a handed-over pipe
+    assert engine.dropped["unknown_peer"] == 1
+    (line,) = [r.getMessage() for r in caplog.records if "unknown_peer" in r.getMessage()]
+    assert line.isprintable() and "\\x00k\\ufffdEg" in line

@@ -105,9 +105,10 @@ class Engine:
         key = (where, reason)
         if key not in self.logged_drops and len(self.logged_drops) < MAX_LOGGED_DROPS:
             self.logged_drops.add(key)
+            shown = where if where.isprintable() else ascii(where)[1:-1]  # raw routing ids: escaped
             log.warning(
                 "zmesh %s: dropped input from %s: %s%s (logged once per peer and reason)",
-                self.node_id, where or "unknown", reason, f" ({detail})" if detail else "",
+                self.node_id, shown or "unknown", reason, f" ({detail})" if detail else "",
             )
 
     # -- lifecycle -------------------------------------------------------
