@@ -227,7 +227,13 @@ def test_a_requester_whose_loop_stalled_still_gets_its_reply(work: float, tmp_pa
         assert any(a.node_id not in s["peers"] for s in b.snaps(ended - STALL, ended)), "B never expired A"
 
         result = a.wait_line(lambda line: line.get("id") == asked, REJOIN_BUDGET + 5, "the work reply")
-        assert result["ok"], f"the request failed: {result}\n{a.stderr_tail()}\n{b.stderr_tail()}"
+        assert result["ok"], "\n".join([
+            f"the request failed {result['t'] - ended:+.3f} s after the stall ended: {result}",
+            *(f"{s['t'] - ended:+.3f} s  A: peers={s['peers']} dropped={s['dropped']}"
+              for s in a.snaps(ended - STALL - 1, result["t"] + 1)),
+            *(f"{s['t'] - ended:+.3f} s  B: peers={s['peers']}" for s in b.snaps(ended - STALL - 1, ended + 1)[::5]),
+            a.stderr_tail(), b.stderr_tail(),
+        ])
         assert result["payload"] == {"worked": work}
         assert result["t"] - ended <= REJOIN_BUDGET, f"the reply came {result['t'] - ended:.2f} s after the stall"
         rejoined = rejoin(a, b, ended, ended + REJOIN_BUDGET)
