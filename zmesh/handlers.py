@@ -56,9 +56,6 @@ class HandlerTasks:
         self._tasks: set[asyncio.Task[None]] = set()
         self.closing = False
 
-    def __len__(self) -> int:
-        return len(self._tasks)
-
     def add(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -97,9 +97,6 @@ class Engine:
         self.effects.append((OPEN, self._links, endpoint))
         return self._links
 
-    def frame(self, items: list[bytes]) -> bytes:
-        return codec.join_frame(items)
-
     def drop(self, reason: str, where: str, detail: str = "") -> None:
         self.dropped[reason] += 1
         key = (where, reason)
@@ -131,7 +128,7 @@ class Engine:
         self.closed = True
         self._now = now
         if self.started:
-            bye = self.frame([codec.encode_control(codec.Bye("closed"))])
+            bye = codec.join_frame([codec.encode_control(codec.Bye("closed"))])
             for peer in self.members.peers.values():
                 self.effects.append((SEND, peer.link, bye))
         self.requests.fail_all(NodeClosed("the node was closed"))

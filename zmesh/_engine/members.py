@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..codec import Ack, Bye, Control, Hello, Ping, Pong, Refuse, Update, encode_control
+from ..codec import Ack, Bye, Control, Hello, Ping, Pong, Refuse, Update, encode_control, join_frame
 from ..errors import FrameError
 from ..registry import MeshEvent, NodeRecord
 from ..transport.base import endpoint_host, is_loopback_endpoint
@@ -49,7 +49,6 @@ class Peer:
     pub: str
     record: NodeRecord
     state: str
-    since: float
     last_heard: float
     last_sent: float
     last_knock: float
@@ -73,7 +72,6 @@ class Knock:
     give_up_at: float = 0.0  # 0: never (a seed the user gave)
     interval: float = SEED_RETRY
     node_id: str = ""  # set when knocking on a lost peer's address
-    refusal: str = ""
 
 
 class Members:
@@ -140,7 +138,7 @@ class Members:
         if self._hello is None or self._hello[0] != key:
             # Cached: in a join every peer gets a HELLO, and each lists every peer.
             peers = tuple((p.node_id, p.record.routers or (p.router,)) for p in self.peers.values())
-            self._hello = (key, e.frame([encode_control(Hello(e.local_record(), peers, reply))]))
+            self._hello = (key, join_frame([encode_control(Hello(e.local_record(), peers, reply))]))
         e.out((SEND, link, self._hello[1]))
 
     def heard(self, peer: Peer, now: float) -> None:
@@ -222,7 +220,7 @@ class Members:
         else:
             link = e.open_link(router)
         peer = Peer(record.node_id, record.incarnation, key, link, router, pub, record,
-                    "connecting", now, now, now, now)
+                    "connecting", now, now, now)
         self.peers[record.node_id] = peer
         self._peers_changed += 1
         for endpoint in (router, *record.routers):
@@ -280,7 +278,7 @@ class Members:
             return
         link = e.open_link(endpoint)
         refusal = Refuse(reason, e.node_id, e.routers)
-        e.out((SEND, link, e.frame([encode_control(refusal)])))
+        e.out((SEND, link, join_frame([encode_control(refusal)])))
         e.out((CLOSE, link))
 
     def on_refuse(self, refuse: Refuse) -> None:
@@ -289,7 +287,6 @@ class Members:
         matched = [k for k in waiting if k.endpoint in refuse.endpoints]
         for knock in matched or waiting:  # a seed spelled differently: stop all that wait
             self.move(knock, "refused")
-            knock.refusal = refuse.reason
         if (refuse.node_id, "refused_us") not in e.logged_drops:
             e.logged_drops.add((refuse.node_id, "refused_us"))
             log.error("zmesh %s: refused by node %r: %s", e.node_id, refuse.node_id, refuse.reason)
