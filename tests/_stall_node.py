@@ -1,10 +1,12 @@
 """A node process for tests/test_stall.py: one agent whose handlers can stall
 the node's event loop.
 
-    python -m tests._stall_node AGENT_ID MESH SEED
+    python -m tests._stall_node AGENT_ID MESH SEED [LIVENESS]
 
-Runs node ``AGENT_ID-node`` (default liveness, no discovery, ``SEED`` is a
-router endpoint or ``-``) hosting agent ``AGENT_ID``. Writes JSON lines to
+Runs node ``AGENT_ID-node`` (no discovery, ``SEED`` is a router endpoint or
+``-``) hosting agent ``AGENT_ID``. ``LIVENESS`` is ``default`` (the default
+LivenessConfig) or ``fast`` (application expiry after 3 s, as the library's
+defaults were before link heartbeats; the default). Writes JSON lines to
 stdout, each with ``t`` (this process's ``time.time()``):
 
 * ``{"ready": endpoint}`` once started;
@@ -32,6 +34,10 @@ from typing import Any
 import zmesh
 
 SNAPSHOT_PERIOD = 0.1
+LIVENESS = {
+    "default": zmesh.LivenessConfig(),
+    "fast": zmesh.LivenessConfig(heartbeat=0.5, evasive_after=1.5, expire_after=3.0),
+}
 
 
 def emit(**fields: Any) -> None:
@@ -67,10 +73,10 @@ async def snapshots(node: zmesh.Node) -> None:
         await asyncio.sleep(SNAPSHOT_PERIOD)
 
 
-async def main(agent_id: str, mesh: str, seed: str) -> None:
+async def main(agent_id: str, mesh: str, seed: str, liveness: str) -> None:
     seeds = [seed] if seed != "-" else []
     async with zmesh.Node(mesh, name=f"{agent_id}-node", seeds=seeds, discovery=False,
-                          liveness=zmesh.LivenessConfig()) as node:
+                          liveness=LIVENESS[liveness]) as node:
         me = node.agent(agent_id)
 
         @me.on("echo")
@@ -129,4 +135,4 @@ async def main(agent_id: str, mesh: str, seed: str) -> None:
 
 if __name__ == "__main__":
     agent, mesh_name, seed_endpoint = sys.argv[1:4]
-    asyncio.run(main(agent, mesh_name, seed_endpoint))
+    asyncio.run(main(agent, mesh_name, seed_endpoint, sys.argv[4] if len(sys.argv) > 4 else "fast"))

@@ -40,7 +40,7 @@ from zmesh.registry import MeshEvent
 
 __all__ = ["Net", "Packet", "Seen", "make_engine", "router", "pub", "kinds", "recording", "LIVENESS", "WALL"]
 
-LIVENESS = LivenessConfig()  # heartbeat 0.5, evasive 1.5, expire 3.0
+LIVENESS = LivenessConfig(heartbeat=0.5, evasive_after=1.5, expire_after=3.0, link_heartbeat=None)
 WALL = 1_700_000_000.0
 Effect = tuple[Any, ...]
 

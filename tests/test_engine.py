@@ -130,6 +130,27 @@ def test_liveness_evasive_then_expired_and_pending_requests_fail_at_once() -> No
     assert len(a.requests) == 0
 
 
+def test_a_broken_link_removes_its_peer_at_once_and_knocks_on_it_again() -> None:
+    net = pair()
+    a = net.engines["a"]
+    net.advance(5.0)
+    key = net.request("a", ask("a1", "b1"), deadline=5.0 + 60.0)
+    link = a.members.peers["b"].link
+    a.link_down(link + 1000, net.now)  # not a peer's link: nothing happens
+    assert a.peers == ["b"]
+    a.link_down(link, net.now)  # the transport saw the connection break
+    net.pump("a")
+    assert a.peers == [] and a.registry.node_of("b1") is None
+    assert net.events("a", "peer_left") == [(5.0, MeshEvent("peer_left", "b", detail="lost its connection"))]
+    [failed] = net.effects("a", fx.FAILED)
+    assert (failed.time, failed.effect[1]) == (5.0, key) and isinstance(failed.effect[2], PeerLost)
+    knock = a.members.knocks[router("b")]
+    assert knock.link == link  # knocked on again, on the same link
+    assert a.transitions[("joined", "cut")] == 1
+    rejoined = net.advance(30.0, until=lambda: net.joined("a", "b"))  # it was only the connection
+    assert rejoined is not None and rejoined <= 5.0 + knock.interval + 2 * HEARTBEAT
+
+
 # -- 3. healing after a cut ----------------------------------------------------
 
 

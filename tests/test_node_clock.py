@@ -15,8 +15,10 @@ from .helpers import Mesh, wait_for
 
 async def test_silence_on_the_nodes_clock_expires_a_peer_and_the_pair_heals() -> None:
     clock = FakeClock()
-    # The default liveness (3 s expiry), not the long one tests/helpers.py gives fake clocks.
-    async with Mesh("zmq", clock=clock, liveness=zmesh.LivenessConfig()) as m:
+    # A 3 s application expiry, not the long one tests/helpers.py gives fake
+    # clocks (ZMTP link heartbeats run in real time, in libzmq, and see no silence).
+    fast = zmesh.LivenessConfig(heartbeat=0.5, evasive_after=1.5, expire_after=3.0)
+    async with Mesh("zmq", clock=clock, liveness=fast) as m:
         n1, n2 = await m.node(), await m.node()
         a, b = n1.agent("a"), n2.agent("b")
         seen: list[Message] = []

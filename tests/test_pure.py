@@ -341,6 +341,10 @@ def test_liveness_config_needs_heartbeat_below_evasive_below_expiry() -> None:
     for bad in ((0, 1, 2), (1, 1, 2), (0.5, 3, 3), (0.5, 3, 2)):
         with pytest.raises(ValueError):
             LivenessConfig(*bad)
+    LivenessConfig(link_heartbeat=None)
+    for ivl, timeout in ((0, 1.0), (2.0, 2.0), (3.0, 2.0)):
+        with pytest.raises(ValueError, match="link_heartbeat"):
+            LivenessConfig(link_heartbeat=ivl, link_timeout=timeout)
 
 
 def _dead(i: int) -> DeadLetter:

@@ -1,7 +1,8 @@
 """A node whose event loop stalls past the expiry rejoins its peer, two-sided.
 
 Two nodes, each in its own OS process (tests/_stall_node.py), joined by a
-seed, with the default liveness (heartbeat 0.5 s, expiry 3 s). A handler on B
+seed, with a fast application expiry (heartbeat 0.5 s, expiry 3 s; the
+defaults keep a stalled peer for 120 s, see tests/test_liveness.py). A handler on B
 blocks B's event loop for STALL s, so A expires B meanwhile. Within two
 heartbeat periods (plus SLACK) of the stall ending, both must list each other
 as peers and in their registries, and requests must work both ways; then the
@@ -29,7 +30,7 @@ import zmesh
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(60)]
 
 ROOT = Path(__file__).resolve().parent.parent
-LIVENESS = zmesh.LivenessConfig()  # what tests/_stall_node.py runs with
+LIVENESS = zmesh.LivenessConfig(heartbeat=0.5, evasive_after=1.5, expire_after=3.0)  # _stall_node's "fast"
 STALL = 5.0
 assert STALL > LIVENESS.expire_after + LIVENESS.heartbeat
 # Process scheduling, the 0.1 s snapshot period, the pipes and the two echo
@@ -46,13 +47,13 @@ Line = dict[str, Any]
 class Child:
     """A tests._stall_node process; its stdout lines are parsed as they come."""
 
-    def __init__(self, agent: str, mesh: str, seed: str, stderr: Path) -> None:
+    def __init__(self, agent: str, mesh: str, seed: str, stderr: Path, liveness: str = "fast") -> None:
         self.agent = agent
         self.node_id = f"{agent}-node"
         self.stderr_path = stderr
         with open(stderr, "w") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests._stall_node", agent, mesh, seed],
+                [sys.executable, "-m", "tests._stall_node", agent, mesh, seed, liveness],
                 cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
                 env={**os.environ, "ZMESH_INTERFACES": "127.0.0.1"},
             )

@@ -45,6 +45,12 @@ class Driver:
         self.watch = watch
         self.dispatch: Dispatch | None = None  # set by the node once it exists
         self.max_frame = engine.max_frame  # the transport sizes its receive limit from it
+        liveness = engine.liveness
+        #: (interval, timeout) of the transport's own link heartbeats, read by the transport.
+        self.link_heartbeat: tuple[float, float] | None = (
+            (liveness.link_heartbeat, liveness.link_timeout)
+            if liveness is not None and liveness.link_heartbeat is not None else None
+        )
         self.loop: asyncio.AbstractEventLoop | None = None
         self.discovery: MdnsDiscovery | None = None
         self.in_drain = False
@@ -188,6 +194,13 @@ class Driver:
 
     def on_transport_drop(self, reason: str, where: str) -> None:
         self.engine.drop(reason, where)
+
+    def on_link_down(self, link: Link) -> None:
+        for link_id, known in self._links.items():
+            if known is link:
+                self.engine.link_down(link_id, self.clock.monotonic())
+                self.pump()
+                return
 
     def on_discovered(self, router_endpoint: str) -> None:
         """A member may live at this endpoint (the transport's hub, or mDNS)."""

@@ -202,6 +202,17 @@ class Engine:
         if not self.closed and endpoint not in self.routers:
             self.members.knock(endpoint, DISCOVERED_PATIENCE, now)
 
+    def link_down(self, link: int, now: float) -> None:
+        """The transport saw the connection under ``link`` break: its peer is
+        gone for now (removed, and knocked on again in case it comes back)."""
+        if self.closed:
+            return
+        self._now = now
+        for peer in self.members.peers.values():
+            if peer.link == link:
+                self.members.remove(peer, "cut", "lost its connection", now)
+                return
+
     def subscriber_ready(self, key: str, now: float) -> None:
         if self.closed:
             return

@@ -312,7 +312,7 @@ class Members:
     def remove(self, peer: Peer, event: str, why: str, now: float) -> None:
         e = self.e
         self.move(peer, event)
-        silent = event == "silent" and not e.closed
+        silent = (event == "silent" or event == "cut") and not e.closed
         self.detach(peer, why, keep_link=silent)
         for mesh_event in e.registry.remove(peer.node_id, why):
             e.out((EVENT, mesh_event))

@@ -8,7 +8,7 @@ its node answers with a HELLO it becomes a *peer*::
        |  ^                   |  ^                  ^  \\              |
        |  |                   |  +--hello/reset-----+   +--heard/hello--+
        |  |                   |
-       |  +---------------(expired: knock again, with backoff)----------+
+       |  +----------(expired or cut: knock again, with backoff)-------+
        +--refused--> refused        any peer state --silent/bye/restarted--> gone
        +--give_up--> gone
 
@@ -17,8 +17,10 @@ attached to our publisher yet (so it would miss a broadcast). ``ready`` is
 that attachment being seen. ``reset``: a peer we count as joined knocked
 again (it lost us, e.g. after a stall); we re-announce our own attachment so
 it can count us again. ``quiet`` fires after ``evasive_after`` seconds of
-silence (we ping), ``silent`` after ``expire_after`` (we drop the peer and,
-unless it said BYE, knock on its address again).
+silence (we ping), ``silent`` after ``expire_after``; ``cut`` when the
+transport reports the link's connection broken (a killed process, a frozen
+one or a cut network, seen by ZMTP heartbeats). After ``silent`` or ``cut``
+we drop the peer and knock on its address again; after ``bye`` we do not.
 
 Anything not in :data:`TRANSITIONS` is a bug in the engine, not in the peer:
 :func:`step` raises.
@@ -33,7 +35,7 @@ __all__ = ["STATES", "EVENTS", "TRANSITIONS", "step", "IllegalTransition", "mark
 STATES: Final = ("knocking", "refused", "connecting", "joined", "evasive", "gone")
 EVENTS: Final = (
     "retry", "answered", "refused", "give_up",
-    "hello", "ready", "reset", "quiet", "heard", "silent", "bye", "restarted",
+    "hello", "ready", "reset", "quiet", "heard", "silent", "cut", "bye", "restarted",
 )
 
 TRANSITIONS: Final[dict[tuple[str, str], str]] = {
@@ -46,6 +48,7 @@ TRANSITIONS: Final[dict[tuple[str, str], str]] = {
     ("connecting", "reset"): "connecting",
     ("connecting", "ready"): "joined",
     ("connecting", "silent"): "gone",
+    ("connecting", "cut"): "gone",
     ("connecting", "bye"): "gone",
     ("connecting", "restarted"): "gone",
     ("joined", "hello"): "joined",
@@ -53,6 +56,7 @@ TRANSITIONS: Final[dict[tuple[str, str], str]] = {
     ("joined", "ready"): "joined",
     ("joined", "quiet"): "evasive",
     ("joined", "silent"): "gone",
+    ("joined", "cut"): "gone",
     ("joined", "bye"): "gone",
     ("joined", "restarted"): "gone",
     ("evasive", "hello"): "joined",
@@ -60,6 +64,7 @@ TRANSITIONS: Final[dict[tuple[str, str], str]] = {
     ("evasive", "heard"): "joined",
     ("evasive", "ready"): "evasive",
     ("evasive", "silent"): "gone",
+    ("evasive", "cut"): "gone",
     ("evasive", "bye"): "gone",
     ("evasive", "restarted"): "gone",
 }

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._engine.requests import Key
-from ..liveness import LivenessConfig
+from .node import LIVENESS
 
 if TYPE_CHECKING:
     from .node import SimNode
@@ -36,8 +36,8 @@ __all__ = ["Req", "RequestLog", "Episode", "check_mesh", "check_requests", "pend
 
 REQUEST_TIMEOUT = 60.0
 RECORD_LAG = 1.0
-EXPIRE = LivenessConfig().expire_after
-MUST_EXPIRE = EXPIRE + LivenessConfig().heartbeat / 2 + 0.15  # expiry + tick period + slack  # a record change this recent may still be on its way to the peers
+EXPIRE = LIVENESS.expire_after
+MUST_EXPIRE = EXPIRE + LIVENESS.heartbeat / 2 + 0.15  # expiry + tick period + slack  # a record change this recent may still be on its way to the peers
 
 
 @dataclass(slots=True, eq=False)

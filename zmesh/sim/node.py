@@ -25,7 +25,11 @@ from .network import SubConn
 if TYPE_CHECKING:
     from .world import World
 
-__all__ = ["SimNode", "MESH", "AGENT_CAPS"]
+__all__ = ["SimNode", "MESH", "AGENT_CAPS", "LIVENESS"]
+
+#: The simulated network has no ZMTP link heartbeats: the application
+#: heartbeats are the whole liveness layer here, at these (fast) settings.
+LIVENESS = LivenessConfig(heartbeat=0.5, evasive_after=1.5, expire_after=3.0, link_heartbeat=None)
 
 MESH = "sim"
 AGENT_CAPS = ("work",)
@@ -71,7 +75,7 @@ class SimNode:
         self._ticks_now = (-1.0, 0)
         self.engine = engine = Engine(EngineConfig(
             mesh=MESH, node_id=node_id, incarnation=incarnation, max_payload=1 << 20,
-            liveness=LivenessConfig(), choose=first_endpoint, wall_clock=world.wall,
+            liveness=LIVENESS, choose=first_endpoint, wall_clock=world.wall,
         ))
         # The engine caches its next deadline ("never later than the true one"):
         # where it can also compute it afresh, every step checks that promise.

@@ -84,6 +84,11 @@ class TransportHost(Protocol):
 
     def on_transport_drop(self, reason: str, where: str) -> None: ...
 
+    def on_link_down(self, link: Link) -> None:
+        """The connection under ``link`` broke after it had been up (the peer
+        died, froze past the link heartbeat timeout, or the network cut)."""
+        ...
+
     def on_discovered(self, router_endpoint: str) -> None: ...
 
 

@@ -50,6 +50,11 @@ _BACKLOG_LIMIT = 100_000
 _RETRY_DELAY = 0.002
 _BYE_LINGER_MS = 200
 
+_DISCONNECTED = int(zmq.EVENT_DISCONNECTED)
+_HANDSHAKE_SUCCEEDED = int(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+_LINK_EVENTS = _DISCONNECTED | _HANDSHAKE_SUCCEEDED
+_monitors = 0  # names each link monitor's inproc address uniquely
+
 
 def open_sockets() -> int:
     """How many sockets zmesh has open in this process (tests assert 0 after each)."""
@@ -105,15 +110,24 @@ def _fd(sock: zmq.Socket[Any]) -> int:
 
 
 class _ZmqLink:
-    """A DEALER connected to one peer's ROUTER; non-blocking, with a backlog."""
+    """A DEALER connected to one peer's ROUTER; non-blocking, with a backlog.
 
-    __slots__ = ("_transport", "_sock", "_backlog", "_retry", "endpoint")
+    With link heartbeats on, the DEALER runs ZMTP heartbeats (answered by
+    libzmq's I/O threads, event loop or not) and a socket monitor reports
+    the connection breaking: a killed peer at once, a frozen one or a cut
+    link after the heartbeat timeout. The host hears of it once per lost
+    connection (``on_link_down``).
+    """
+
+    __slots__ = ("_transport", "_sock", "_backlog", "_retry", "endpoint", "_monitor", "_up")
 
     def __init__(self, transport: ZmqTransport, endpoint: str) -> None:
         self._transport = transport
         self.endpoint = endpoint
         self._backlog: deque[bytes] = deque()
         self._retry: asyncio.TimerHandle | None = None
+        self._monitor: zmq.Socket[Any] | None = None
+        self._up = False
         sock = _socket(transport._ctx, zmq.DEALER)
         try:
             sock.setsockopt(zmq.ROUTING_ID, transport._key.encode())
@@ -121,12 +135,65 @@ class _ZmqLink:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RECONNECT_IVL, 100)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+            beats = transport.link_heartbeat
+            if beats is not None:
+                interval, timeout = beats
+                sock.setsockopt(zmq.HEARTBEAT_IVL, int(interval * 1000))
+                sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, int(timeout * 1000))
+                sock.setsockopt(zmq.HEARTBEAT_TTL, int(timeout * 1000))
+                self._watch(sock)
             sock.connect(endpoint)
         except zmq.ZMQError as exc:
+            self._close_monitor()
             _close(sock)
             transport._drop("bad_endpoint", f"{endpoint}: {exc.strerror}")
             sock = None  # type: ignore[assignment]
         self._sock = sock
+
+    def _watch(self, sock: zmq.Socket[Any]) -> None:
+        global _monitors
+        with _lock:
+            _monitors += 1
+            address = f"inproc://zmesh-link-monitor-{_monitors}"
+        sock.monitor(address, _LINK_EVENTS)
+        monitor = _socket(self._transport._ctx, zmq.PAIR)
+        monitor.setsockopt(zmq.LINGER, 0)
+        monitor.connect(address)
+        self._monitor = monitor
+        loop = self._transport._loop
+        if loop is not None:
+            loop.add_reader(_fd(monitor), self._on_monitor)
+            loop.call_soon(self._on_monitor)
+
+    def _on_monitor(self) -> None:
+        monitor = self._monitor
+        if monitor is None or monitor.closed:
+            return
+        try:
+            while monitor.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]
+                parts = monitor.recv_multipart(_NOBLOCK)
+                event = int.from_bytes(parts[0][:2], "little")
+                if event == _HANDSHAKE_SUCCEEDED:
+                    self._up = True
+                elif event == _DISCONNECTED and self._up:
+                    self._up = False
+                    host = self._transport._host
+                    if host is not None:
+                        host.on_link_down(self)
+                        if self._monitor is None:
+                            return  # the host closed this link
+        except zmq.ZMQError:
+            pass
+
+    def _close_monitor(self) -> None:
+        monitor, self._monitor = self._monitor, None
+        if monitor is None:
+            return
+        loop = self._transport._loop
+        if loop is not None and not monitor.closed:
+            with contextlib.suppress(Exception):
+                loop.remove_reader(_fd(monitor))
+        _close(monitor)
 
     def send(self, frame: bytes) -> None:
         if self._sock is None:
@@ -170,6 +237,10 @@ class _ZmqLink:
             self._retry.cancel()
             self._retry = None
         self._backlog.clear()
+        if self._monitor is not None and self._sock is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._sock.disable_monitor()
+        self._close_monitor()
         if self._sock is not None:
             _close(self._sock, linger_ms)
             self._sock = None  # type: ignore[assignment]
@@ -185,6 +256,8 @@ class ZmqTransport(Transport):
     def __init__(self, *, interfaces: str | Sequence[str] | None = None, hwm: int = 100_000) -> None:
         self.interfaces = interfaces
         self.hwm = hwm
+        #: (interval, timeout) in seconds of ZMTP heartbeats on links; None: off.
+        self.link_heartbeat: tuple[float, float] | None = None
         self.addresses: tuple[str, ...] = ()
         self.scope: Any = None
         self._ctx: zmq.Context[Any] = None  # type: ignore[assignment]
@@ -205,6 +278,7 @@ class ZmqTransport(Transport):
         self, host: TransportHost, key: str, mesh: str, loop: asyncio.AbstractEventLoop
     ) -> None:
         self._host, self._key, self._loop = host, key, loop
+        self.link_heartbeat = getattr(host, "link_heartbeat", None)
         self.addresses = self._resolve_addresses()
         self._ctx = _acquire_context()
         max_frame = int(getattr(host, "max_frame", 0)) or -1
