@@ -13,7 +13,8 @@ stdout, each with ``t`` (this process's ``time.time()``):
 * ``{"snap": n, "peers": [...], "agents": [...], "dropped": {...}}`` every
   SNAPSHOT_PERIOD s while the event loop runs (none while it is stalled);
 * ``{"stall_started": true}`` / ``{"stall_ended": true}`` around the sleep of
-  the ``stall_async`` and ``stall_sync`` handlers;
+  the ``stall_async``, ``stall_sync`` (inline) and ``block_sync`` (worker
+  pool) handlers;
 * ``{"id": n, "ok": bool, "payload" | "error": ...}`` for each command.
 
 Reads JSON commands from stdin, one a line:
@@ -93,10 +94,15 @@ async def main(agent_id: str, mesh: str, seed: str, liveness: str) -> None:
             await asyncio.sleep(float(msg.payload))  # a model call that takes this long
             return {"worked": msg.payload}
 
-        @me.on("stall_sync")
+        @me.on("stall_sync", inline=True)  # a plain handler asked to run on the loop: it stalls it
         def stall_sync(msg: zmesh.Message) -> Any:
             stall(float(msg.payload))
             return "stalled"
+
+        @me.on("block_sync")  # a plain handler runs in the worker pool: the loop goes on
+        def block_sync(msg: zmesh.Message) -> Any:
+            stall(float(msg.payload))
+            return "blocked"
 
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -93,7 +93,7 @@ def reasons(node: zmesh.Node) -> list[str]:
 # -- public surface (no transport) ---------------------------------------
 
 PUBLIC_NAMES = {
-    "Agent", "AgentExists", "AgentInfo", "AgentNotRegistered", "Clock", "DEFERRED",
+    "Agent", "AgentExists", "AgentInfo", "AgentNotRegistered", "Backpressure", "Clock", "DEFERRED",
     "DeadLetter", "DeadLetters", "FakeClock", "Handoff", "HandoffResult", "HandlerError",
     "InvalidMessage", "LivenessConfig", "MeshEvent", "Message", "NoHandler", "Node",
     "NodeClosed", "NodeRecord", "PeerLost", "Receipt", "Registry", "SystemClock", "Timeout",
@@ -102,7 +102,7 @@ PUBLIC_NAMES = {
 
 ERRORS = [
     "AgentNotRegistered", "AgentExists", "NoHandler", "Timeout", "InvalidMessage",
-    "HandlerError", "PeerLost", "TransportError", "NodeClosed",
+    "HandlerError", "PeerLost", "Backpressure", "TransportError", "NodeClosed",
 ]
 
 
@@ -535,12 +535,12 @@ async def test_broadcast_wildcards_across_three_nodes(transport: str) -> None:
         s1, s2 = n2.agent("s1"), n3.agent("s2")
         inbox = {name: Inbox() for name in ("p", "local", "s1", "s2")}
         await m.converged()
-        await p.subscribe("research.>", inbox["p"])  # a sender never gets its own broadcast
-        await local.subscribe("research.>", inbox["local"])
-        await s1.subscribe("research.*", inbox["s1"])
-        await s2.subscribe("*.found", inbox["s2"])
+        await p.subscribe("research.>", inbox["p"], inline=True)  # a sender never gets its own broadcast
+        await local.subscribe("research.>", inbox["local"], inline=True)
+        await s1.subscribe("research.*", inbox["s1"], inline=True)
+        await s2.subscribe("*.found", inbox["s2"], inline=True)
         for agent in (local, s1, s2):
-            await agent.subscribe("sync.done", inbox[agent.id])
+            await agent.subscribe("sync.done", inbox[agent.id], inline=True)
         assert s2.subscriptions == {"*.found", "sync.done"}
 
         counts = [

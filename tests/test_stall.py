@@ -218,6 +218,21 @@ def test_a_stalled_event_loop_rejoins_two_sided(handler: str, tmp_path: Path) ->
         assert_stays_two_sided(a, b, rejoined)
 
 
+def test_a_plain_handler_that_blocks_runs_in_the_pool_and_the_loop_goes_on(tmp_path: Path) -> None:
+    with joined_pair(tmp_path) as (a, b):
+        blocked = a.command(op="request", target="B", topic="block_sync", payload=STALL, timeout=30)
+        started = b.wait_line(lambda line: "stall_started" in line, 10, "block start")["t"]
+        echo = a.request("B", "echo", timeout=2.0)  # answered while the plain handler blocks
+        assert echo["ok"] and echo["t"] - started < STALL / 2, echo
+        ended = b.wait_line(lambda line: "stall_ended" in line, STALL + 10, "block end")["t"]
+        result = a.wait_line(lambda line: line.get("id") == blocked, 5, "the blocked request's reply")
+        assert result["ok"] and result["payload"] == "blocked", result
+        a.wait_line(lambda line: "snap" in line and line["t"] >= ended, 5, "snapshot after the block")
+        # B's loop kept running (snapshots every 0.1 s), so A never lost B (expiry 3 s < STALL).
+        assert len(b.snaps(started, ended)) >= STALL / 0.1 / 3
+        assert all(sees(s, b) for s in a.snaps(started, ended)), "A lost B while its handler blocked"
+
+
 @pytest.mark.parametrize("work", [1.0, 4.0])  # the reply leaves before / after B expired A
 def test_a_requester_whose_loop_stalled_still_gets_its_reply(work: float, tmp_path: Path) -> None:
     with joined_pair(tmp_path) as (a, b):

@@ -39,6 +39,7 @@ Errors::
     ├── InvalidMessage       bad arguments or payload; nothing was sent (also a ValueError)
     ├── HandlerError         the remote handler raised; carries its type and message
     ├── PeerLost             the node hosting the target left or died mid-request
+    ├── Backpressure         the target cannot take more yet; nothing was sent
     ├── TransportError       the transport could not be set up (bind failed, ...)
     └── NodeClosed           the node (or agent) was closed
 
@@ -47,7 +48,8 @@ The public surface is what ``zmesh.__all__`` names, plus :mod:`zmesh.sync`
 writing your own) and the command lines ``zmesh`` and ``python -m
 zmesh.sim``. Everything else is internal and may change between releases:
 the modules whose names start with ``_`` (``_engine``, the protocol
-engine; ``_dispatch``, ``_watch``, ``_context``, ``_discovery_glue``) and
+engine; ``_dispatch``, ``_delivery``, ``_inbox``, ``_watch``, ``_context``,
+``_discovery_glue``) and
 ``codec``, ``registry``, ``liveness``, ``topics``, ``handlers``,
 ``deadletters``, ``observer``, ``message``, ``clock``, ``errors``,
 ``discovery``, ``interfaces``, ``cli``, ``demo`` and ``sim``'s submodules,
@@ -60,6 +62,7 @@ from .deadletters import DeadLetter, DeadLetters
 from .errors import (
     AgentExists,
     AgentNotRegistered,
+    Backpressure,
     HandlerError,
     InvalidMessage,
     NoHandler,
@@ -84,6 +87,7 @@ __all__ = [
     "AgentExists",
     "AgentInfo",
     "AgentNotRegistered",
+    "Backpressure",
     "Clock",
     "DEFERRED",
     "DeadLetter",

@@ -1,6 +1,7 @@
-"""The API side of a node (internal): what agents ask of it, and handing
-messages to their handlers. Dead letters, observer receipts and the futures
-of pending requests live here; the protocol lives in the engine.
+"""The API side of a node (internal): what agents ask of it. Flow-control
+waits, dead letters, observer receipts and the futures of pending requests
+live here; what arrives for agents is :mod:`._delivery`'s; the protocol is
+the engine's.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable
 
 from ._context import trace_var
+from ._delivery import Delivery
 from ._engine import Engine
-from .agent import HANDOFF_TOPIC, Agent, Handoff
 from .clock import Clock
 from .deadletters import DeadLetter, DeadLetters
 from .errors import (
     AgentNotRegistered,
+    Backpressure,
     HandlerError,
     InvalidMessage,
     NoHandler,
@@ -25,7 +27,7 @@ from .errors import (
     Timeout,
     ZmeshError,
 )
-from .handlers import DEFERRED, HandlerTasks, run_handler
+from .handlers import HandlerTasks
 from .message import Message
 from .observer import Observer, Receipt
 
@@ -38,6 +40,10 @@ __all__ = ["Dispatch", "AgentPort"]
 log = logging.getLogger("zmesh")
 
 Key = tuple[str, str]
+
+#: ``await send()`` lets the loop run once per this many sends, so a send
+#: loop never starves the node (draining, replies, timers) it runs on.
+YIELD_EVERY = 64
 
 
 class AgentPort:
@@ -63,16 +69,21 @@ class AgentPort:
 
 
 class Dispatch:
-    def __init__(self, node: Node, engine: Engine, driver: Driver, dead_letter_capacity: int) -> None:
+    def __init__(
+        self, node: Node, engine: Engine, driver: Driver, dead_letter_capacity: int, workers: int
+    ) -> None:
         self._node = node
         self._engine = engine
         self._driver = driver
         self._clock = node.clock
         self._futures: dict[Key, asyncio.Future[Message]] = {}
+        self._credit_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._sends = 0
         self._observers: list[Observer] = []
-        self.tasks = HandlerTasks()
+        self.tasks = HandlerTasks(workers, node.id)
         self.stats: Counter[str] = Counter()
         self.dead_letters = DeadLetters(dead_letter_capacity, self._redeliver)
+        self.delivery = Delivery(node, self)
         self.port = AgentPort(node, self)
 
     # -- what agents send ------------------------------------------------
@@ -81,15 +92,81 @@ class Dispatch:
         msg.timestamp = self._clock.time()
         msg.trace_id = trace_id or trace_var.get() or msg.id
 
-    def send(self, msg: Message, kind: str = "send", dead_letter: bool = True) -> None:
-        """Fire-and-forget; raises before anything is sent."""
+    async def send(self, msg: Message, timeout: float | None, kind: str = "send", dead_letter: bool = True) -> None:
+        """Fire-and-forget, once flow control allows; raises before anything is sent."""
         if self._node.closed:
             raise NodeClosed(f"node {self._node.id!r} is closed")
+        if timeout is not None and (
+            (timeout.__class__ is not float and timeout.__class__ is not int) or not timeout >= 0
+        ):
+            raise InvalidMessage(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
+        started = self._clock.monotonic()
+        window = self._engine.window_open(msg.target)
+        if not window:
+            if window is None:
+                raise self._not_found(msg, kind, started, dead_letter)
+            await self._wait_credit(msg, kind, started, None if timeout is None else started + timeout)
         if not self._engine.send(msg):
-            raise self._not_found(msg, kind, self._clock.monotonic(), dead_letter)
+            raise self._not_found(msg, kind, started, dead_letter)
         self._driver.pump()
         if self._observers:
-            self.receipt(kind, "success", self._clock.monotonic(), msg)
+            self.receipt(kind, "success", started, msg)
+        self._sends += 1
+        if self._sends % YIELD_EVERY == 0:
+            await asyncio.sleep(0)
+
+    async def _wait_credit(self, msg: Message, kind: str, started: float, deadline: float | None) -> None:
+        """Wait until ``msg.target`` may take one more message from us.
+
+        Raises Backpressure at ``deadline``, AgentNotRegistered if the
+        target leaves meanwhile, NodeClosed if the node closes.
+        """
+        self.stats["backpressure_waits"] += 1
+        self._driver.pump()  # the engine may have told the receiver we wait
+        loop = self._driver.loop
+        assert loop is not None
+        while True:
+            window = self._engine.window_open(msg.target)
+            if window:
+                return
+            if window is None:
+                raise self._not_found(msg, kind, started)
+            if self._node.closed:
+                raise NodeClosed(f"node {self._node.id!r} is closed")
+            future: asyncio.Future[None] = loop.create_future()
+            waiters = self._credit_waiters.setdefault(msg.target, [])
+            waiters.append(future)
+            timer = None
+            if deadline is not None:
+                timer = self._clock.call_later(max(0.0, deadline - self._clock.monotonic()),
+                                               lambda f=future: f.done() or f.set_result(None))
+            try:
+                await future
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                if future in waiters:
+                    waiters.remove(future)
+                if not waiters:
+                    self._credit_waiters.pop(msg.target, None)
+            if deadline is not None and self._clock.monotonic() >= deadline and not self._engine.window_open(msg.target):
+                self.stats["backpressure_timeouts"] += 1
+                self.receipt(kind, "failure", started, msg, "Backpressure")
+                raise Backpressure(
+                    f"agent {msg.target!r} took nothing more from node {self._node.id!r} within "
+                    f"{deadline - started:.3g} s (its inbox holds what flow control allows); nothing was sent"
+                )
+
+    def credit(self, agent: str) -> None:
+        """The engine says ``agent`` may take more from us (or its node left): wake its senders."""
+        for future in self._credit_waiters.pop(agent, ()):
+            if not future.done():
+                future.set_result(None)
+
+    def wake_all(self) -> None:
+        """The node is closing: every sender waiting for credit gives up."""
+        for agent in list(self._credit_waiters):
+            self.credit(agent)
 
     def _not_found(self, msg: Message, kind: str, started: float, dead_letter: bool = True) -> AgentNotRegistered:
         """Record an unroutable send/request (dead letter, receipt); return the error to raise."""
@@ -105,7 +182,7 @@ class Dispatch:
                 f"cannot redeliver from node {self._node.id!r}: sender {msg.sender!r} is not hosted here "
                 f"and target {msg.target!r} is not either; redeliver from the sender's node"
             )
-        self.send(msg, dead_letter=False)
+        await self.send(msg, None, dead_letter=False)
 
     async def request(self, msg: Message, timeout: float, kind: str) -> Message:
         if self._node.closed:
@@ -113,7 +190,12 @@ class Dispatch:
         if (timeout.__class__ is not float and timeout.__class__ is not int) or not timeout > 0:
             raise InvalidMessage(f"timeout must be a positive number of seconds, got {timeout!r}")
         started = self._driver.now()
-        key = self._engine.request(msg, started + timeout, started)
+        window = self._engine.window_open(msg.target)
+        if not window:
+            if window is None:
+                raise self._not_found(msg, kind, started)
+            await self._wait_credit(msg, kind, started, started + timeout)
+        key = self._engine.request(msg, started + timeout, self._driver.now())
         if key is None:
             raise self._not_found(msg, kind, started)
         future: asyncio.Future[Message] = self._driver.loop.create_future()  # type: ignore[union-attr]
@@ -167,84 +249,10 @@ class Dispatch:
         self.receipt("broadcast", "success", started, msg, reached=reached)
         return reached
 
-    # -- what arrives for our agents -------------------------------------
+    # -- what arrives for our agents: see _delivery ----------------------
 
-    def deliver(self, agent_id: str, msg: Message, broadcast: bool) -> None:
-        agent = self._node._agents.get(agent_id)
-        request = bool(msg.correlation_id) and not broadcast
-        if agent is None:
-            self._undeliverable(msg, request, "not_found", f"agent {agent_id!r} left node {self._node.id!r}", agent_id)
-        elif msg.ttl is not None and msg.expired(self._clock.time()):
-            self._undeliverable(msg, request, "expired", "the ttl ran out before delivery", agent_id)
-        elif request and msg.topic == HANDOFF_TOPIC and msg.type == "task":
-            self._offer_handoff(agent, msg)
-        else:
-            handler = agent.handler_for(msg.topic)
-            if handler is None:
-                why = f"agent {agent.id!r} has no handler for {msg.topic!r}"
-                self._undeliverable(msg, request, "no_handler", why, agent_id)
-            else:
-                self.stats["handled"] += 1
-                self._run(handler, msg, self._handler_done, (agent, msg, request))
-
-    def _undeliverable(self, msg: Message, request: bool, reason: str, why: str, target: str) -> None:
-        """Dead-letter ``msg`` here, and tell its requester (if any) why."""
-        self.dead(msg, reason, why, target)
-        if request:
-            self._engine.reply_status(msg, reason, why)
-
-    def _run(self, handler: Callable[..., Any], arg: Any, done: Callable[[Any, Any], None], extra: Any) -> None:
-        token = trace_var.set(extra[1].trace_id)
-        try:
-            run_handler(handler, arg, done, self._handler_failed, self.tasks, extra)
-        finally:
-            trace_var.reset(token)
-
-    def _handler_done(self, result: Any, extra: tuple[Agent, Message, bool]) -> None:
-        _, msg, request = extra
-        if request and result is not DEFERRED:
-            if isinstance(result, Message):
-                result = result.payload
-            self.reply(msg, "ok", result)
-
-    def _handler_failed(self, exc: BaseException, extra: tuple[Agent, Message, bool]) -> None:
-        agent, msg, request = extra
-        log.error(
-            "zmesh: handler of agent %r for topic %r raised %s: %s",
-            agent.id, msg.topic, type(exc).__name__, exc, exc_info=exc,
-        )
-        self.stats["handler_errors"] += 1
-        self.dead(msg, "handler_error", f"{type(exc).__name__}: {exc}", agent.id)
-        if request:
-            self.reply(msg, "error", {"type": type(exc).__name__, "message": str(exc)})
-
-    def _offer_handoff(self, agent: Agent, msg: Message) -> None:
-        payload = msg.payload
-        if (
-            not isinstance(payload, dict)
-            or not isinstance(payload.get("task_id"), str)
-            or not isinstance(payload.get("artifacts", []), list)
-        ):
-            self.reply(msg, "error", {"type": "InvalidMessage", "message": "malformed handoff"})
-            return
-        task_id = payload["task_id"]
-        handler = agent.handoff_handler
-        if handler is None:
-            self.reply(msg, "ok", {"accepted": False, "reason": f"agent {agent.id!r} takes no handoffs"})
-            return
-        offer = Handoff(
-            task_id, msg.sender, payload.get("context"), tuple(str(a) for a in payload.get("artifacts", [])), msg
-        )
-
-        def done(accepted: Any, _: Any) -> None:
-            if accepted is True:
-                agent.claim(task_id)
-                self.reply(msg, "ok", {"accepted": True})
-            else:
-                reason = accepted if isinstance(accepted, str) else "refused"
-                self.reply(msg, "ok", {"accepted": False, "reason": reason})
-
-        self._run(handler, offer, done, (agent, msg, True))
+    def deliver(self, agent_id: str, msg: Message, broadcast: bool, origin: str, size: int) -> None:
+        self.delivery.deliver(agent_id, msg, broadcast, origin, size)
 
     # -- dead letters and receipts ---------------------------------------
 
@@ -288,4 +296,6 @@ def _reply_error(reply: Message) -> ZmeshError:
         return AgentNotRegistered(str(payload))
     if reply.status == "expired":
         return Timeout(f"request expired before delivery: {payload}")
+    if reply.status == "busy":
+        return Backpressure(str(payload))
     return ZmeshError(f"unexpected reply status {reply.status!r}")

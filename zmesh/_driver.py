@@ -94,7 +94,7 @@ class Driver:
                     if link is not None:
                         link.send(effect[2])
                 elif op == _DELIVER:
-                    dispatch.deliver(effect[1], effect[2], effect[3])
+                    dispatch.deliver(effect[1], effect[2], effect[3], effect[4], effect[5])
                 elif op == _REPLIED:
                     dispatch.resolved(effect[1], effect[2], None)
                 elif op == _FAILED:
@@ -130,6 +130,9 @@ class Driver:
             self.watch.emit(effect[1])
         elif op == fx.ACKED:
             self.watch.wake()
+        elif op == fx.CREDIT:
+            assert self.dispatch is not None
+            self.dispatch.credit(effect[2])
         elif op == fx.DEAD:
             assert self.dispatch is not None
             self.dispatch.dead(effect[1], effect[2], effect[3], effect[4])

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, 
 
 from .clock import Clock
 from .errors import InvalidMessage, NodeClosed
+from .handlers import handler_mode
 from .message import MESSAGE_TYPES, Message, check_options, new_id
 from .topics import _valid_topics as _checked_topics
 from .topics import check_pattern, check_topic, is_pattern, matches
@@ -53,7 +54,8 @@ class AgentHost(Protocol):
     """All an agent asks of the node hosting it (the node's side of the seam).
 
     ``send``/``request``/``broadcast`` take a finished Message and raise
-    before anything is sent when it cannot go; ``reply`` answers a request
+    before anything is sent when it cannot go (``send`` and ``request``
+    first wait for flow-control credit); ``reply`` answers a request
     with a status; ``changed`` republishes the agent's capabilities and
     subscriptions; ``remove`` unregisters it; ``settled`` waits until every
     peer has the latest of both.
@@ -66,7 +68,7 @@ class AgentHost(Protocol):
 
     def stamp(self, msg: Message, trace_id: str | None) -> None: ...
 
-    def send(self, msg: Message) -> None: ...
+    async def send(self, msg: Message, timeout: float | None) -> None: ...
 
     async def request(self, msg: Message, timeout: float, kind: str) -> Message: ...
 
@@ -89,10 +91,11 @@ class Agent:
         self._host = host
         self.id = agent_id
         self.capabilities = capabilities
-        self._handlers: dict[str, Handler] = {}
-        self._pattern_handlers: list[tuple[str, Handler]] = []
+        self._handlers: dict[str, tuple[Handler, str]] = {}
+        self._pattern_handlers: list[tuple[str, tuple[Handler, str]]] = []
         self._subscriptions: set[str] = set()
         self._handoff_handler: HandoffHandler | None = None
+        self._handoff_mode = ""
         self._tasks: set[str] = set()
         self._closed = False
 
@@ -101,29 +104,34 @@ class Agent:
 
     # -- handlers --------------------------------------------------------
 
-    def on(self, topic: str) -> Callable[[H], H]:
+    def on(self, topic: str, *, inline: bool = False) -> Callable[[H], H]:
         """Decorator: handle messages on ``topic`` (a topic or a wildcard pattern).
 
         The handler gets the Message; for a request its return value is the
         reply payload (return ``zmesh.DEFERRED`` to answer later with ``reply``).
+        An ``async def`` handler runs on the node's event loop; a plain
+        ``def`` handler in the node's worker pool, so it may block; with
+        ``inline=True`` a plain handler known to be quick runs on the loop.
         """
         check_pattern(topic)
 
         def register(fn: H) -> H:
-            self.add_handler(topic, fn)
+            self.add_handler(topic, fn, inline=inline)
             return fn
 
         return register
 
-    def add_handler(self, topic: str, handler: Handler) -> None:
+    def add_handler(self, topic: str, handler: Handler, *, inline: bool = False) -> None:
+        """Like :meth:`on`, without the decorator."""
         check_pattern(topic)
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {handler!r}")
+        entry = (handler, handler_mode(handler, inline))
         if is_pattern(topic):
             self._pattern_handlers = [(p, h) for p, h in self._pattern_handlers if p != topic]
-            self._pattern_handlers.append((topic, handler))
+            self._pattern_handlers.append((topic, entry))
         else:
-            self._handlers[topic] = handler
+            self._handlers[topic] = entry
 
     def remove_handler(self, topic: str) -> None:
         self._handlers.pop(topic, None)
@@ -134,6 +142,7 @@ class Agent:
         if not callable(fn):
             raise TypeError(f"handoff handler must be callable, got {fn!r}")
         self._handoff_handler = fn
+        self._handoff_mode = handler_mode(fn)
         return fn
 
     @property
@@ -142,13 +151,22 @@ class Agent:
 
     def handler_for(self, topic: str) -> Handler | None:
         """The handler that takes ``topic``: an exact one first, else the first matching pattern."""
-        handler = self._handlers.get(topic)
-        if handler is not None:
-            return handler
-        for pattern, handler in self._pattern_handlers:
+        entry = self.handler_entry(topic)
+        return entry[0] if entry is not None else None
+
+    def handler_entry(self, topic: str) -> tuple[Handler, str] | None:
+        """The handler that takes ``topic`` and where it runs ("async", "thread" or "inline")."""
+        entry = self._handlers.get(topic)
+        if entry is not None:
+            return entry
+        for pattern, entry in self._pattern_handlers:
             if matches(pattern, topic):
-                return handler
+                return entry
         return None
+
+    @property
+    def handoff_mode(self) -> str:
+        return self._handoff_mode
 
     # -- messages --------------------------------------------------------
 
@@ -202,14 +220,18 @@ class Agent:
         ttl: float | None = None,
         type: str = "notify",
         trace_id: str | None = None,
+        timeout: float | None = None,
     ) -> Message:
         """Fire-and-forget. Returns the message sent.
 
-        Raises AgentNotRegistered at once (and dead-letters) when no node hosts
+        Waits while ``target``'s inbox holds as much from this node as flow
+        control allows (backpressure); with ``timeout`` raises Backpressure
+        after that many seconds of waiting, sending nothing. Raises
+        AgentNotRegistered at once (and dead-letters) when no node hosts
         ``target``; InvalidMessage, sending nothing, when the message is bad.
         """
         msg = self._message(target, topic, payload, type, priority, qos, ttl, trace_id)
-        self._host.send(msg)
+        await self._host.send(msg, timeout)
         return msg
 
     async def request(
@@ -329,7 +351,7 @@ class Agent:
 
     # -- pub/sub ---------------------------------------------------------
 
-    async def subscribe(self, pattern: str, handler: Handler | None = None) -> None:
+    async def subscribe(self, pattern: str, handler: Handler | None = None, *, inline: bool = False) -> None:
         """Receive broadcasts on topics matching ``pattern`` (``*`` one token, ``>`` the rest).
 
         With ``handler``, it handles them; otherwise the ``on`` handlers do.
@@ -339,7 +361,7 @@ class Agent:
         """
         check_pattern(pattern)
         if handler is not None:
-            self.add_handler(pattern, handler)
+            self.add_handler(pattern, handler, inline=inline)
         if pattern not in self._subscriptions:
             self._subscriptions.add(pattern)
             self._host.changed(self)

@@ -37,6 +37,8 @@ __all__ = [
     "PONG",
     "BYE",
     "REFUSE",
+    "CREDIT",
+    "BLOCKED",
     "encode_message",
     "encode_item",
     "join_frame",
@@ -51,6 +53,8 @@ __all__ = [
     "Pong",
     "Bye",
     "Refuse",
+    "Credit",
+    "Blocked",
     "Control",
     "parse_control",
     "encode_control",
@@ -67,6 +71,8 @@ PING: Final = 4
 PONG: Final = 5
 BYE: Final = 6
 REFUSE: Final = 7
+CREDIT: Final = 8
+BLOCKED: Final = 9
 
 _TYPE_CODE: Final = {name: code for code, name in enumerate(MESSAGE_TYPES)}
 _STATUS_CODE: Final = {name: code for code, name in enumerate(STATUSES)}
@@ -280,7 +286,23 @@ class Refuse:
     endpoints: tuple[str, ...]
 
 
-Control = Union[Hello, Update, Ack, Ping, Pong, Bye, Refuse]
+@dataclass(frozen=True, slots=True)
+class Credit:
+    """Flow control: ``taken`` (cumulative) of the sender's messages to ``agent`` left its inbox."""
+
+    agent: str
+    taken: int
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """Flow control: the sender waits for credit to ``agent``, having sent ``sent`` (cumulative)."""
+
+    agent: str
+    sent: int
+
+
+Control = Union[Hello, Update, Ack, Ping, Pong, Bye, Refuse, Credit, Blocked]
 
 _MAX_HELLO_PEERS = 4096
 _MAX_ENDPOINTS = 64
@@ -326,6 +348,10 @@ def parse_control(item: list[Any]) -> Control:
             raise FrameError("malformed", "refuse")
         endpoints = _endpoints(item[3], "refuse") if n == 4 else ()
         return Refuse(item[1][:1024], item[2][:256], endpoints)
+    if kind == CREDIT or kind == BLOCKED:
+        if n != 3 or item[1].__class__ is not str or item[2].__class__ is not int or item[2] < 0:
+            raise FrameError("malformed", "credit" if kind == CREDIT else "blocked")
+        return Credit(item[1], item[2]) if kind == CREDIT else Blocked(item[1], item[2])
     raise FrameError("unknown_item", str(kind)[:40])
 
 
@@ -346,6 +372,12 @@ def encode_control(value: Control) -> bytes:
         return _packb([PING, value.want_pong])
     if value.__class__ is Pong:
         return _packb([PONG])
+    if value.__class__ is Credit:
+        assert isinstance(value, Credit)
+        return _packb([CREDIT, value.agent, value.taken])
+    if value.__class__ is Blocked:
+        assert isinstance(value, Blocked)
+        return _packb([BLOCKED, value.agent, value.sent])
     if value.__class__ is Bye:
         assert isinstance(value, Bye)
         return _packb([BYE, value.reason])

@@ -12,6 +12,7 @@ boundary and never reach callers raw::
     ├── InvalidMessage       bad arguments or payload; nothing was sent (also a ValueError)
     ├── HandlerError         the remote handler raised; carries its type and message
     ├── PeerLost             the node hosting the target left or died mid-request
+    ├── Backpressure         the target cannot take more yet; nothing was sent
     ├── TransportError       the transport could not be set up (bind failed, ...)
     └── NodeClosed           the node (or agent) was closed
 """
@@ -27,6 +28,7 @@ __all__ = [
     "InvalidMessage",
     "HandlerError",
     "PeerLost",
+    "Backpressure",
     "TransportError",
     "NodeClosed",
 ]
@@ -72,6 +74,11 @@ class HandlerError(ZmeshError):
 
 class PeerLost(ZmeshError):
     """The node hosting the target left or stopped answering before replying."""
+
+
+class Backpressure(ZmeshError):
+    """The target agent's inbox holds all it may take from this node, and no
+    room opened within the timeout; nothing was sent (flow control)."""
 
 
 class TransportError(ZmeshError):

@@ -1,4 +1,11 @@
-"""Running user handlers: every ``async def`` handler is an ordinary asyncio Task.
+"""Running user handlers where they belong, as Python web frameworks do.
+
+* An ``async def`` handler is an ordinary asyncio Task on the node's loop.
+* A plain ``def`` handler runs in the node's bounded worker pool (threads),
+  so a blocking call in it (a sync SDK, ``time.sleep``, CPU work) never
+  stops the loop. Its context (the trace id) goes with it.
+* A plain handler registered with ``inline=True`` is called on the loop:
+  the cheapest path, for handlers known to be quick.
 
 A coroutine handler runs inside its own Task from its first line, so
 ``asyncio.current_task()``, ``asyncio.timeout``, ``asyncio.wait_for``,
@@ -7,7 +14,7 @@ anywhere else. On Python 3.12+ the Task starts eagerly: a handler that
 returns without suspending finishes inside ``run_handler`` and is never
 scheduled, which keeps it nearly as cheap as a plain call.
 
-A plain function handler is called inline. Whatever a handler raises,
+Whatever a handler raises,
 ``KeyboardInterrupt``, ``SystemExit`` and a ``CancelledError`` it raises
 itself included, is contained: exactly one of ``done(result, extra)`` or
 ``failed(exc, extra)`` is called, and nothing escapes into the event loop or
@@ -18,13 +25,41 @@ ends a handler without either call.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import functools
+import inspect
+import logging
+import os
 import sys
 from types import CoroutineType
 from typing import Any, Callable, Coroutine
 
-__all__ = ["run_handler", "HandlerTasks", "DEFERRED", "Deferred"]
+__all__ = ["run_handler", "HandlerTasks", "DEFERRED", "Deferred", "handler_mode", "ASYNC", "THREAD", "INLINE",
+           "DEFAULT_WORKERS"]
+
+log = logging.getLogger("zmesh")
 
 _EAGER = sys.version_info >= (3, 12)
+
+ASYNC = "async"
+THREAD = "thread"
+INLINE = "inline"
+#: Threads in a node's worker pool by default (what ThreadPoolExecutor picks).
+DEFAULT_WORKERS = min(32, (os.cpu_count() or 1) + 4)
+#: How long close() waits for plain handlers still running in the pool.
+CLOSE_GRACE = 5.0
+
+
+def handler_mode(handler: Callable[..., Any], inline: bool = False) -> str:
+    """Where ``handler`` runs: ASYNC (a coroutine function), THREAD or INLINE."""
+    target: Any = handler
+    while isinstance(target, functools.partial):
+        target = target.func
+    if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(getattr(target, "__call__", None)):
+        return ASYNC
+    return INLINE if inline else THREAD
 
 
 class Deferred:
@@ -48,20 +83,36 @@ Failed = Callable[[BaseException, Any], None]
 
 
 class HandlerTasks:
-    """The handler Tasks of one node still running; cancelled on close."""
+    """The handlers of one node still running (Tasks and pool threads), and its worker pool."""
 
-    __slots__ = ("_tasks", "closing")
+    __slots__ = ("_tasks", "_threads", "_pool", "workers", "closing", "node_id")
 
-    def __init__(self) -> None:
+    def __init__(self, workers: int = DEFAULT_WORKERS, node_id: str = "") -> None:
         self._tasks: set[asyncio.Task[None]] = set()
+        self._threads: set[concurrent.futures.Future[Any]] = set()
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.workers = workers
         self.closing = False
+        self.node_id = node_id
 
     def add(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        if self._pool is None:  # a node with no plain handlers starts no thread
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=self.workers, thread_name_prefix=f"zmesh-handler-{self.node_id}"
+            )
+        future = self._pool.submit(fn, *args)
+        self._threads.add(future)
+        future.add_done_callback(self._threads.discard)
+        return future
+
     async def cancel_all(self) -> None:
-        """Cancel every running handler, but the one calling this, and wait until they have ended."""
+        """Cancel every running handler Task, but the one calling this, and wait
+        until they have ended; wait up to CLOSE_GRACE s for pool threads (a
+        thread cannot be cancelled: one still running then is left behind)."""
         self.closing = True
         me = asyncio.current_task()
         tasks = [task for task in self._tasks if task is not me]
@@ -69,6 +120,18 @@ class HandlerTasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        running = [asyncio.wrap_future(f) for f in self._threads]
+        if running:
+            _, late = await asyncio.wait(running, timeout=CLOSE_GRACE)
+            if late:
+                log.warning("zmesh %s: closing with %d plain handler(s) still running in the pool; "
+                            "their results are dropped", self.node_id, len(late))
+                pool.shutdown(wait=False, cancel_futures=True)
+                return
+        pool.shutdown(wait=True)  # idle workers exit at once
 
 
 def _cancelled_by_owner(tasks: HandlerTasks) -> bool:
@@ -96,6 +159,13 @@ async def _guarded(
     done(result, extra)
 
 
+def _call_plain(handler: Callable[..., Any], arg: Any) -> tuple[bool, Any]:
+    try:
+        return True, handler(arg)
+    except BaseException as exc:  # contained like a coroutine's
+        return False, exc
+
+
 def run_handler(
     handler: Callable[..., Any],
     arg: Any,
@@ -103,17 +173,44 @@ def run_handler(
     failed: Failed,
     tasks: HandlerTasks,
     extra: Any = None,
+    mode: str = INLINE,
 ) -> None:
-    """Call ``handler(arg)``; report ``done(result, extra)`` or ``failed(exc, extra)``.
+    """Run ``handler(arg)`` by ``mode``; report ``done(result, extra)`` or ``failed(exc, extra)``.
 
-    Runs in the caller's context (set the trace id around the call); the
-    Task of a coroutine handler copies that context when it is created.
+    Runs in the caller's context (set the trace id around the call): a
+    coroutine handler's Task and a pool thread copy that context.
     """
+    if mode == THREAD:
+        loop = asyncio.get_running_loop()
+        future = tasks.submit(contextvars.copy_context().run, _call_plain, handler, arg)
+
+        def back(f: concurrent.futures.Future[Any]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(_thread_finished, f, done, failed, extra, tasks)
+
+        future.add_done_callback(back)
+        return
     try:
         result = handler(arg)
     except BaseException as exc:  # a plain handler: contained like a coroutine's
         failed(exc, extra)
         return
+    _finish(result, done, failed, extra, tasks)
+
+
+def _thread_finished(
+    future: concurrent.futures.Future[Any], done: Done, failed: Failed, extra: Any, tasks: HandlerTasks
+) -> None:
+    if tasks.closing or future.cancelled():
+        return
+    ok, value = future.result()
+    if ok:
+        _finish(value, done, failed, extra, tasks)
+    else:
+        failed(value, extra)
+
+
+def _finish(result: Any, done: Done, failed: Failed, extra: Any, tasks: HandlerTasks) -> None:
     if result.__class__ is not CoroutineType and (result is None or not asyncio.iscoroutine(result)):
         done(result, extra)
         return

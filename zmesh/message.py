@@ -28,7 +28,7 @@ ENVELOPE_VERSION: Final = 1
 
 MESSAGE_TYPES: Final = ("task", "result", "query", "notify", "intervene", "heartbeat")
 #: Reply statuses: ``ok`` or why the request failed at the far end.
-STATUSES: Final = ("ok", "error", "no_handler", "not_found", "expired")
+STATUSES: Final = ("ok", "error", "no_handler", "not_found", "expired", "busy")
 
 _PROCESS_TAG = os.urandom(5).hex()
 _counter = itertools.count()

@@ -27,7 +27,9 @@ from ._watch import Watch
 from .agent import Agent
 from .clock import Clock, SystemClock
 from .deadletters import DeadLetters
+from ._inbox import DEFAULT_CONCURRENCY, DEFAULT_INBOX, DEFAULT_INBOX_BYTES
 from .errors import AgentExists, NodeClosed, Timeout, TransportError, ZmeshError
+from .handlers import DEFAULT_WORKERS
 from .liveness import LivenessConfig
 from .observer import Observer
 from .registry import MeshEvent, Registry
@@ -43,8 +45,13 @@ COUNTERS = (
     "messages_sent", "messages_received", "requests_sent", "broadcasts", "late_replies",
     "handled", "handler_errors", "frames_sent", "frames_received", "bytes_sent", "bytes_received",
     "frames_published", "bytes_published", "heartbeats_published", "items_to_departed_peers",
-    "events_overflowed",
+    "events_overflowed", "credit_waits", "credit_reports", "backpressure_waits", "backpressure_timeouts",
 )
+
+
+def _check_count(what: str, value: object) -> None:
+    if value.__class__ is not int or value < 1:
+        raise ValueError(f"{what} must be a positive int, got {value!r}")
 
 
 def _check_name(what: str, value: object) -> None:
@@ -61,7 +68,8 @@ class Node:
     is ``"zmq"`` (default), ``"inproc"`` or a Transport. ``seeds`` are router
     endpoints of any members to join through. ``clock`` drives timeouts, TTLs,
     liveness and timestamps (see :class:`zmesh.FakeClock`). ``max_payload``
-    caps the encoded payload of one message (bytes).
+    caps the encoded payload of one message (bytes). ``workers`` is the
+    size of the thread pool that runs plain ``def`` handlers.
     """
 
     def __init__(
@@ -78,12 +86,14 @@ class Node:
         dead_letter_capacity: int = 1024,
         liveness: LivenessConfig | None = None,
         settle_timeout: float = 5.0,
+        workers: int = DEFAULT_WORKERS,
     ) -> None:
         _check_name("mesh", mesh)
         if name is not None:
             _check_name("node", name)
         if not isinstance(max_payload, int) or max_payload < 1:
             raise ValueError("max_payload must be a positive number of bytes")
+        _check_count("workers", workers)
         self.mesh = mesh
         self.id = name or f"{socket.gethostname()[:24]}-{os.getpid()}-{os.urandom(6).hex()}"
         self.incarnation = "%016x%s" % (time.time_ns(), os.urandom(3).hex())
@@ -116,7 +126,7 @@ class Node:
         self.registry: Registry = self._engine.registry
         self._watch = Watch(self.id)
         self._driver = Driver(self._engine, self.transport, self.clock, self._watch)
-        self._dispatch = Dispatch(self, self._engine, self._driver, dead_letter_capacity)
+        self._dispatch = Dispatch(self, self._engine, self._driver, dead_letter_capacity, workers)
         self._driver.dispatch = self._dispatch
         self.dead_letters: DeadLetters = self._dispatch.dead_letters
         self._seed_endpoints = [seeds] if isinstance(seeds, str) else list(seeds)
@@ -184,6 +194,7 @@ class Node:
             await driver.discovery.close()
         self._engine.close(self.clock.monotonic())
         driver.pump()
+        self._dispatch.wake_all()
         await self._dispatch.tasks.cancel_all()
         for task in list(driver.tasks):
             task.cancel()
@@ -240,9 +251,28 @@ class Node:
 
     # -- agents ----------------------------------------------------------
 
-    def agent(self, agent_id: str, *, capabilities: Iterable[str] = ()) -> Agent:
-        """Register an agent on this node; AgentExists if the id is taken mesh-wide."""
+    def agent(
+        self,
+        agent_id: str,
+        *,
+        capabilities: Iterable[str] = (),
+        concurrency: int = DEFAULT_CONCURRENCY,
+        inbox_size: int = DEFAULT_INBOX,
+        inbox_bytes: int = DEFAULT_INBOX_BYTES,
+    ) -> Agent:
+        """Register an agent on this node; AgentExists if the id is taken mesh-wide.
+
+        At most ``concurrency`` of its handlers run at once; other messages
+        wait in its inbox (priority 0 first), which holds at most
+        ``inbox_size`` messages and about ``inbox_bytes`` bytes. Senders
+        wait for room (flow control), so only broadcasts to a subscriber
+        that cannot keep up, or more senders than the inbox holds windows
+        for, are ever dropped, and they are counted.
+        """
         self._check_open()
+        _check_count("concurrency", concurrency)
+        _check_count("inbox_size", inbox_size)
+        _check_count("inbox_bytes", inbox_bytes)
         if not isinstance(agent_id, str) or not agent_id or len(agent_id) > 256:
             raise ValueError(f"agent id must be a non-empty string of at most 256 characters, got {agent_id!r}")
         caps = tuple(capabilities)
@@ -255,6 +285,7 @@ class Node:
             raise AgentExists(f"agent {agent_id!r} is already registered on node {other!r}")
         agent = Agent(self, self._dispatch.port, agent_id, caps)
         self._agents[agent_id] = agent
+        self._dispatch.delivery.add_agent(agent_id, concurrency, inbox_size, inbox_bytes)
         self._agent_changed(agent)
         return agent
 
@@ -270,6 +301,7 @@ class Node:
 
     def _remove_agent(self, agent_id: str) -> None:
         if self._agents.pop(agent_id, None) is not None:
+            self._dispatch.delivery.remove_agent(agent_id)
             self._engine.remove_agent(agent_id)
             self._driver.pump()
 

@@ -11,12 +11,17 @@ from ..message import new_id
 
 __all__ = ["EngineConfig", "LOCAL", "BATCH_BYTES", "MAX_LOGGED_DROPS", "HEADER_ALLOWANCE", "first_endpoint",
            "SEED_RETRY", "SEED_RETRY_MAX", "DISCOVERED_PATIENCE", "LOST_PATIENCE", "MAX_READY_KEYS",
-           "REDISCOVER_MIN", "REDISCOVER_MAX"]
+           "REDISCOVER_MIN", "REDISCOVER_MAX", "CREDIT_WINDOW", "CREDIT_WINDOW_BYTES"]
 
 LOCAL = "\x00local"  # outbox key of this node's own agents
 BATCH_BYTES = 256 * 1024  # a batch is flushed early once it reaches this size
 MAX_LOGGED_DROPS = 1024  # bounds the memory that logging "once per peer and reason" takes
 HEADER_ALLOWANCE = 64 * 1024
+
+# Flow control (see credit.py): what one sender node may have outstanding to
+# one agent. Protocol constants: a receiver reports after half a window.
+CREDIT_WINDOW = 128
+CREDIT_WINDOW_BYTES = 8 << 20
 
 # Knocking and looking for peers (seconds).
 SEED_RETRY = 1.0
@@ -47,3 +52,6 @@ class EngineConfig:
     version: int = codec.PROTOCOL_VERSION
     #: Ids of the replies the engine writes itself (a simulator passes a seeded one).
     new_id: Callable[[], str] = new_id
+    #: Flow control: messages (and bytes) one sender may have outstanding to one agent.
+    window: int = CREDIT_WINDOW
+    window_bytes: int = CREDIT_WINDOW_BYTES

@@ -37,6 +37,7 @@ from .config import (
     first_endpoint,
 )
 from .effects import CLOSE, DEAD, OPEN, PUBLISH, SEND, Effect
+from .credit import Flow
 from .members import Members
 from .requests import Key, Requests
 
@@ -61,6 +62,7 @@ class Engine:
         self.registry = Registry(config.node_id)
         self.requests = Requests(self.out)
         self.members = Members(self)
+        self.flow = Flow(self, config.window, config.window_bytes)
         self.effects: list[Effect] = []
         self.routers: tuple[str, ...] = ()
         self.pubs: tuple[str, ...] = ()
@@ -336,17 +338,36 @@ class Engine:
     def encode(self, msg: Message) -> bytes:
         return codec.encode_message(msg, self.max_payload, self._pack)
 
+    def window_open(self, target: str) -> bool | None:
+        """May a message go to agent ``target`` now (flow control)? None: no node hosts it.
+
+        False means its node has not taken enough of what we sent yet; a
+        CREDIT effect for (node, target) says when to ask again.
+        """
+        route = self.route(target)
+        if route is None:
+            return None
+        return self.flow.is_open(route, target)
+
+    def taken(self, origin: str, agent: str) -> None:
+        """A message from ``origin`` (a node id, or LOCAL) left ``agent``'s inbox."""
+        if not self.closed:
+            self.flow.taken(origin, agent)
+
     def send(self, msg: Message) -> bool:
         """Queue a message to its target; False (nothing sent) when no node hosts it.
 
         Raises InvalidMessage when it cannot be encoded, NodeClosed when closed.
+        Flow control is the caller's: ask :meth:`window_open` first.
         """
         if self.closed:
             raise NodeClosed(f"node {self.node_id!r} is closed")
         route = self.route(msg.target)
         if route is None:
             return False
-        self.enqueue(route, self.encode(msg))
+        item = self.encode(msg)
+        self.flow.sent(route, msg.target, len(item))
+        self.enqueue(route, item)
         self.stats["messages_sent"] += 1
         return True
 
@@ -365,6 +386,7 @@ class Engine:
         self.requests.add(msg, self.node_id if route == LOCAL else route, deadline)
         if deadline < self.earliest:
             self.earliest = deadline
+        self.flow.sent(route, msg.target, len(item))
         self.enqueue(route, item)
         self.stats["requests_sent"] += 1
         return key

@@ -12,13 +12,16 @@ opcode             tuple                                          the driver ...
 ``UNSUBSCRIBE``    ``(UNSUBSCRIBE, pub_endpoint)``                detaches
 ``ANNOUNCE``       ``(ANNOUNCE,)``                                tells every publisher it is attached to
                                                                   that it is (transport.announce())
-``DELIVER``        ``(DELIVER, agent_id, msg, broadcast)``        hands ``msg`` to the local agent's handler
+``DELIVER``        ``(DELIVER, agent_id, msg, broadcast,          hands ``msg`` to the local agent's inbox;
+                   origin, size)``                                ``origin``: the sender's node (or LOCAL)
 ``REPLIED``        ``(REPLIED, key, reply)``                      resolves the pending request ``key``
 ``FAILED``         ``(FAILED, key, error)``                       fails it (PeerLost, Timeout)
 ``EVENT``          ``(EVENT, mesh_event)``                        reports a MeshEvent
 ``ACKED``          ``(ACKED,)``                                   wakes whoever waits for ``is_settled()``
 ``REDISCOVER``     ``(REDISCOVER,)``                              refreshes discovery (a peer went quiet)
 ``DEAD``           ``(DEAD, msg, reason, detail, target)``        records a dead letter
+``CREDIT``         ``(CREDIT, node, agent)``                      wakes senders waiting for credit to
+                                                                  ``agent`` on ``node`` (or LOCAL)
 =================  =============================================  ==========================================
 """
 
@@ -28,7 +31,7 @@ from typing import Any, Final
 
 __all__ = [
     "Effect", "SEND", "PUBLISH", "OPEN", "CLOSE", "SUBSCRIBE", "UNSUBSCRIBE", "ANNOUNCE",
-    "DELIVER", "REPLIED", "FAILED", "EVENT", "ACKED", "REDISCOVER", "DEAD", "NAMES",
+    "DELIVER", "REPLIED", "FAILED", "EVENT", "ACKED", "REDISCOVER", "DEAD", "CREDIT", "NAMES",
 ]
 
 Effect = tuple[Any, ...]
@@ -47,8 +50,9 @@ EVENT: Final = 10
 ACKED: Final = 11
 REDISCOVER: Final = 12
 DEAD: Final = 13
+CREDIT: Final = 14
 
 NAMES: Final = (
     "SEND", "PUBLISH", "OPEN", "CLOSE", "SUBSCRIBE", "UNSUBSCRIBE", "ANNOUNCE",
-    "DELIVER", "REPLIED", "FAILED", "EVENT", "ACKED", "REDISCOVER", "DEAD",
+    "DELIVER", "REPLIED", "FAILED", "EVENT", "ACKED", "REDISCOVER", "DEAD", "CREDIT",
 )

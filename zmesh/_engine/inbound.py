@@ -11,6 +11,7 @@ from .. import codec
 from ..errors import FrameError, ZmeshError
 from ..message import Message
 from ..topics import matches
+from .config import LOCAL
 from .effects import DEAD, DELIVER
 
 if TYPE_CHECKING:
@@ -38,13 +39,14 @@ def direct(engine: Engine, key: str | None, frame: bytes) -> None:
             if peer.state == "evasive":
                 members.heard(peer, now)
     engine.stats["frames_received"] += 1
+    size = len(frame) // len(items) if items else 0  # each item's share, for inbox byte limits
     for item in items:
         try:
             kind = item[0]
             if kind == codec.MSG:
                 if key is not None and peer is None:
                     raise FrameError("unknown_peer", "message before hello")
-                _message(engine, codec.message_from_item(item), peer)
+                _message(engine, codec.message_from_item(item), peer, size)
             elif key is None:
                 raise FrameError("malformed", "control item on loopback")
             else:
@@ -79,6 +81,7 @@ def published(engine: Engine, frame: bytes) -> None:
         return
     engine.members.heard(peer, engine.now)
     engine.stats["frames_received"] += 1
+    size = len(frame) // len(items) if items else 0
     for item in items:
         try:
             if item[0] != codec.MSG:
@@ -88,12 +91,12 @@ def published(engine: Engine, frame: bytes) -> None:
                 raise FrameError("malformed", "published message with a target")
             if msg.sender not in peer.record.agents and seq <= peer.record.seq:
                 raise FrameError("spoofed_sender", msg.sender)
-            _fan_out(engine, msg)
+            _fan_out(engine, msg, size)
         except FrameError as exc:
             engine.drop(exc.reason, node_id, exc.detail)
 
 
-def _message(engine: Engine, msg: Message, peer: Peer | None) -> None:
+def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None:
     if peer is not None and msg.sender not in peer.record.agents:
         raise FrameError("spoofed_sender", msg.sender)
     engine.stats["messages_received"] += 1
@@ -101,17 +104,20 @@ def _message(engine: Engine, msg: Message, peer: Peer | None) -> None:
         if not engine.requests.resolve(msg):
             engine.stats["late_replies"] += 1
     elif not msg.target:
-        _fan_out(engine, msg)
-    elif msg.target in engine.agents:
-        engine.effects.append((DELIVER, msg.target, msg, False))
+        _fan_out(engine, msg, size)
     else:
-        why = f"agent {msg.target!r} is not registered on node {engine.node_id!r}"
-        engine.effects.append((DEAD, msg, "not_found", why, msg.target))
-        if msg.correlation_id:
-            engine.reply_status(msg, "not_found", why)
+        origin = LOCAL if peer is None else peer.node_id
+        if msg.target in engine.agents:
+            engine.effects.append((DELIVER, msg.target, msg, False, origin, size))
+        else:
+            why = f"agent {msg.target!r} is not registered on node {engine.node_id!r}"
+            engine.effects.append((DEAD, msg, "not_found", why, msg.target))
+            if msg.correlation_id:
+                engine.reply_status(msg, "not_found", why)
+            engine.flow.taken(origin, msg.target)
 
 
-def _fan_out(engine: Engine, msg: Message) -> None:
+def _fan_out(engine: Engine, msg: Message, size: int) -> None:
     for agent_id, (_, subs) in engine.agents.items():
         if agent_id != msg.sender and subs and any(matches(p, msg.topic) for p in subs):
-            engine.effects.append((DELIVER, agent_id, msg, True))
+            engine.effects.append((DELIVER, agent_id, msg, True, "", size))

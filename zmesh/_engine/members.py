@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..codec import Ack, Bye, Control, Hello, Ping, Pong, Refuse, Update, encode_control, join_frame
+from ..codec import Ack, Blocked, Bye, Control, Credit, Hello, Ping, Pong, Refuse, Update, encode_control, join_frame
 from ..errors import FrameError
 from ..registry import MeshEvent, NodeRecord
 from ..transport.base import endpoint_host, is_loopback_endpoint
@@ -308,6 +308,7 @@ class Members:
             e.out((CLOSE, peer.link))
         e.out((UNSUBSCRIBE, peer.pub))
         e.requests.fail_to(peer.node_id, f"node {peer.node_id!r} {why}")
+        e.flow.forget(peer.node_id)
 
     def remove(self, peer: Peer, event: str, why: str, now: float) -> None:
         e = self.e
@@ -356,6 +357,12 @@ class Members:
             self.accept_record(peer, record)
         elif cls is Bye:
             self.remove(peer, "bye", "left", now)
+        elif cls is Credit:
+            assert isinstance(item, Credit)
+            e.flow.granted(peer.node_id, item.agent, item.taken)
+        elif cls is Blocked:
+            assert isinstance(item, Blocked)
+            e.flow.on_blocked(peer.node_id, item.agent, item.sent)
         elif cls is Pong:
             pass
         else:

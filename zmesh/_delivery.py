@@ -1,0 +1,202 @@
+"""Messages arriving for this node's agents (internal): each agent's inbox,
+its concurrency limit, and running its handlers.
+
+A message starts its handler at once while the agent runs fewer than its
+``concurrency`` handlers and nothing waits before it; otherwise it waits in
+the agent's inbox (priority 0 first, then arrival). TTL is checked when a
+message is taken to be handled: an expired one is never handled. Taking a
+message (to handle, expire or drop it) returns its flow-control credit to
+the sender's node. A message that finds the inbox full is dropped and
+counted: a direct one is dead-lettered (a request is answered ``busy``, so
+its requester gets Backpressure); a broadcast counts as ``slow_subscriber``
+and the first of a run raises a ``slow_subscriber`` event.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+from ._context import trace_var
+from ._inbox import Entry, Inbox
+from .agent import HANDOFF_TOPIC, Agent, Handoff
+from .handlers import DEFERRED, run_handler
+from .message import Message
+from .registry import MeshEvent
+
+if TYPE_CHECKING:
+    from ._dispatch import Dispatch
+    from .node import Node
+
+__all__ = ["Delivery"]
+
+log = logging.getLogger("zmesh")
+
+
+class Delivery:
+    def __init__(self, node: Node, dispatch: Dispatch) -> None:
+        self._node = node
+        self._dispatch = dispatch
+        self._engine = dispatch._engine
+        self._clock = node.clock
+        self.tasks = dispatch.tasks
+        self.stats = dispatch.stats
+        self.inboxes: dict[str, Inbox] = {}
+        self._pumping: set[str] = set()
+        self._slow: set[str] = set()  # subscribers dropping broadcasts right now
+
+    # -- agents ------------------------------------------------------------
+
+    def add_agent(self, agent_id: str, concurrency: int, max_count: int, max_bytes: int) -> None:
+        self.inboxes[agent_id] = Inbox(concurrency, max_count, max_bytes)
+
+    def remove_agent(self, agent_id: str) -> None:
+        """The agent left: what waits in its inbox is dead-lettered (and answered)."""
+        inbox = self.inboxes.pop(agent_id, None)
+        if inbox is None:
+            return
+        for entry in inbox.drain():
+            self._taken(agent_id, entry)
+            request = bool(entry.msg.correlation_id) and not entry.broadcast
+            self._undeliverable(entry.msg, request, "not_found", f"agent {agent_id!r} left", agent_id)
+
+    # -- arrival -----------------------------------------------------------
+
+    def deliver(self, agent_id: str, msg: Message, broadcast: bool, origin: str, size: int) -> None:
+        inbox = self.inboxes.get(agent_id)
+        agent = self._node._agents.get(agent_id)
+        entry = Entry(msg, broadcast, origin, size)
+        if agent is None or inbox is None:
+            self._taken(agent_id, entry)
+            why = f"agent {agent_id!r} left node {self._node.id!r}"
+            self._undeliverable(msg, bool(msg.correlation_id) and not broadcast, "not_found", why, agent_id)
+        elif inbox.may_start():
+            self._start(agent, inbox, entry)
+        elif inbox.fits(size):
+            inbox.put(entry)
+        else:
+            self._overflow(agent_id, entry)
+
+    def _overflow(self, agent_id: str, entry: Entry) -> None:
+        msg = entry.msg
+        if entry.broadcast:
+            self._engine.drop("slow_subscriber", agent_id, f"inbox full, dropped {msg.topic!r}")
+            if agent_id not in self._slow:
+                self._slow.add(agent_id)
+                self._node._watch.emit(MeshEvent("slow_subscriber", self._node.id, agent_id, msg.topic))
+            return
+        self._taken(agent_id, entry)
+        self._engine.drop("inbox_full", agent_id)
+        why = f"agent {agent_id!r} has a full inbox on node {self._node.id!r}"
+        self._undeliverable(msg, bool(msg.correlation_id), "busy", why, agent_id)
+
+    def _taken(self, agent_id: str, entry: Entry) -> None:
+        if not entry.broadcast:
+            self._engine.taken(entry.origin, agent_id)
+
+    # -- handling ----------------------------------------------------------
+
+    def _start(self, agent: Agent, inbox: Inbox, entry: Entry) -> None:
+        """Hand one message to its handler (or say why it cannot be)."""
+        self._taken(agent.id, entry)
+        msg = entry.msg
+        request = bool(msg.correlation_id) and not entry.broadcast
+        if msg.ttl is not None and msg.expired(self._clock.time()):
+            self._undeliverable(msg, request, "expired", "the ttl ran out before it was handled", agent.id)
+            return
+        if request and msg.topic == HANDOFF_TOPIC and msg.type == "task":
+            self._offer_handoff(agent, inbox, msg)
+            return
+        found = agent.handler_entry(msg.topic)
+        if found is None:
+            why = f"agent {agent.id!r} has no handler for {msg.topic!r}"
+            self._undeliverable(msg, request, "no_handler", why, agent.id)
+            return
+        self.stats["handled"] += 1
+        inbox.running += 1
+        self._run(found[0], msg, found[1], self._handler_done, (agent, msg, request))
+
+    def _run(self, handler: Callable[..., Any], arg: Any, mode: str, done: Callable[[Any, Any], None],
+             extra: tuple[Agent, Message, bool]) -> None:
+        token = trace_var.set(extra[1].trace_id)
+        try:
+            run_handler(handler, arg, done, self._handler_failed, self.tasks, extra, mode)
+        finally:
+            trace_var.reset(token)
+
+    def _release(self, agent_id: str) -> None:
+        """One of the agent's handlers ended: start what waits, as far as the limit allows."""
+        inbox = self.inboxes.get(agent_id)
+        if inbox is None:
+            return
+        inbox.running -= 1
+        if agent_id in self._pumping:
+            return  # an outer call is already taking from this inbox (inline handlers)
+        self._pumping.add(agent_id)
+        try:
+            while True:
+                entry = inbox.take()
+                agent = self._node._agents.get(agent_id)
+                if entry is None or agent is None:
+                    break
+                self._start(agent, inbox, entry)
+        finally:
+            self._pumping.discard(agent_id)
+        if agent_id in self._slow and len(inbox) <= inbox.max_count // 2:
+            self._slow.discard(agent_id)  # caught up: the next drop is news again
+
+    def _handler_done(self, result: Any, extra: tuple[Agent, Message, bool]) -> None:
+        agent, msg, request = extra
+        if request and result is not DEFERRED:
+            if isinstance(result, Message):
+                result = result.payload
+            self._dispatch.reply(msg, "ok", result)
+        self._release(agent.id)
+
+    def _handler_failed(self, exc: BaseException, extra: tuple[Agent, Message, bool]) -> None:
+        agent, msg, request = extra
+        log.error(
+            "zmesh: handler of agent %r for topic %r raised %s: %s",
+            agent.id, msg.topic, type(exc).__name__, exc, exc_info=exc,
+        )
+        self.stats["handler_errors"] += 1
+        self._dispatch.dead(msg, "handler_error", f"{type(exc).__name__}: {exc}", agent.id)
+        if request:
+            self._dispatch.reply(msg, "error", {"type": type(exc).__name__, "message": str(exc)})
+        self._release(agent.id)
+
+    def _undeliverable(self, msg: Message, request: bool, reason: str, why: str, target: str) -> None:
+        """Dead-letter ``msg`` here, and tell its requester (if any) why."""
+        self._dispatch.dead(msg, reason, why, target)
+        if request:
+            self._dispatch.reply(msg, reason, why)
+
+    def _offer_handoff(self, agent: Agent, inbox: Inbox, msg: Message) -> None:
+        payload = msg.payload
+        if (
+            not isinstance(payload, dict)
+            or not isinstance(payload.get("task_id"), str)
+            or not isinstance(payload.get("artifacts", []), list)
+        ):
+            self._dispatch.reply(msg, "error", {"type": "InvalidMessage", "message": "malformed handoff"})
+            return
+        task_id = payload["task_id"]
+        handler = agent.handoff_handler
+        if handler is None:
+            self._dispatch.reply(msg, "ok", {"accepted": False, "reason": f"agent {agent.id!r} takes no handoffs"})
+            return
+        offer = Handoff(
+            task_id, msg.sender, payload.get("context"), tuple(str(a) for a in payload.get("artifacts", [])), msg
+        )
+
+        def done(accepted: Any, _: Any) -> None:
+            if accepted is True:
+                agent.claim(task_id)
+                self._dispatch.reply(msg, "ok", {"accepted": True})
+            else:
+                reason = accepted if isinstance(accepted, str) else "refused"
+                self._dispatch.reply(msg, "ok", {"accepted": False, "reason": reason})
+            self._release(agent.id)
+
+        inbox.running += 1
+        self._run(handler, offer, agent.handoff_mode, done, (agent, msg, True))

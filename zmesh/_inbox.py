@@ -1,0 +1,74 @@
+"""One agent's inbox (internal): bounded, ordered by priority then arrival.
+
+A message for an agent starts its handler at once while fewer than
+``concurrency`` of the agent's handlers run and nothing waits before it;
+otherwise it waits here. The inbox holds at most ``max_count`` messages and
+about ``max_bytes`` bytes (their share of the frames they came in); the
+caller decides what to do with a message that does not fit. Priority 0 is
+taken first, 5 last; equal priorities in arrival order.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Inbox", "Entry", "DEFAULT_CONCURRENCY", "DEFAULT_INBOX", "DEFAULT_INBOX_BYTES"]
+
+DEFAULT_CONCURRENCY = 16
+DEFAULT_INBOX = 1024
+DEFAULT_INBOX_BYTES = 64 << 20
+
+
+@dataclass(slots=True)
+class Entry:
+    msg: Any  # a zmesh.Message
+    broadcast: bool
+    origin: str  # the sender's node (or LOCAL); "" for a broadcast
+    size: int
+
+
+class Inbox:
+    __slots__ = ("concurrency", "max_count", "max_bytes", "running", "bytes", "_heap", "_seq")
+
+    def __init__(self, concurrency: int, max_count: int, max_bytes: int) -> None:
+        self.concurrency = concurrency
+        self.max_count = max_count
+        self.max_bytes = max_bytes
+        self.running = 0
+        self.bytes = 0
+        self._heap: list[tuple[int, int, Entry]] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def may_start(self) -> bool:
+        """Can a new message's handler start now, jumping no queue?"""
+        return self.running < self.concurrency and not self._heap
+
+    def fits(self, size: int) -> bool:
+        if len(self._heap) >= self.max_count:
+            return False
+        return self.bytes + size <= self.max_bytes or not self._heap  # one oversized message may wait alone
+
+    def put(self, entry: Entry) -> None:
+        heapq.heappush(self._heap, (entry.msg.priority, next(self._seq), entry))
+        self.bytes += entry.size
+
+    def take(self) -> Entry | None:
+        """The next message to handle, if a handler may start now."""
+        if self.running >= self.concurrency or not self._heap:
+            return None
+        entry = heapq.heappop(self._heap)[2]
+        self.bytes -= entry.size
+        return entry
+
+    def drain(self) -> list[Entry]:
+        """Everything still waiting, emptied out (the agent left)."""
+        entries = [item[2] for item in sorted(self._heap)]
+        self._heap.clear()
+        self.bytes = 0
+        return entries
