@@ -38,8 +38,8 @@ async def measure(sends: int, requests: int) -> tuple[float, float]:
             if seen == sends:
                 done.set()
 
-        dst.add_handler("one", count)
-        dst.add_handler("echo", lambda msg: msg.payload)
+        dst.add_handler("one", count, inline=True)
+        dst.add_handler("echo", lambda msg: msg.payload, inline=True)
         await n1.wait_for_agents("dst", timeout=5)
         for _ in range(2000):  # warm-up
             await src.request("dst", "echo", PAYLOAD)

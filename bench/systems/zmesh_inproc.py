@@ -132,9 +132,9 @@ async def _stream(args: dict[str, Any], ctl: Control) -> None:
                 counter.feed(decode(msg.payload)["type"])
 
             if fanout:
-                await agent.subscribe(FANOUT_TOPIC, on_msg)
+                await agent.subscribe(FANOUT_TOPIC, on_msg, inline=True)
             else:
-                agent.add_handler(TOPIC, on_msg)
+                agent.add_handler(TOPIC, on_msg, inline=True)
         src_node = _node(mesh, "source")
         nodes.append(src_node)
         await src_node.start()
@@ -185,7 +185,7 @@ async def _rtt(args: dict[str, Any], ctl: Control) -> None:
             seq += 1
             return make_reply(msg.payload, seq)
 
-        server.agent("echo").add_handler(TOPIC, on_request)
+        server.agent("echo").add_handler(TOPIC, on_request, inline=True)
         client = client_node.agent("client")
         await client_node.wait_for_agents("echo", timeout=30)
 

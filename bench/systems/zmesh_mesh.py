@@ -156,9 +156,9 @@ async def _sink(args: dict[str, Any], ctl: Control) -> None:
     async with zmesh.Node(args["mesh"], name=f"sink-{index}", **node_kwargs()) as node:
         agent = node.agent(f"sink-{index}")
         if args["workload"] == "fanout":
-            await agent.subscribe(FANOUT_TOPIC, on_msg)
+            await agent.subscribe(FANOUT_TOPIC, on_msg, inline=True)  # cheap: the guide's path
         else:
-            agent.add_handler(TOPIC, on_msg)
+            agent.add_handler(TOPIC, on_msg, inline=True)
         ctl.ready({"endpoint": node.endpoint, "agent": agent.id})
         await until(lambda: counter.done, ctl)
         counter.report()
@@ -217,7 +217,7 @@ async def _echo(args: dict[str, Any], ctl: Control) -> None:
 
     async with zmesh.Node(args["mesh"], name="echo", **node_kwargs()) as node:
         agent = node.agent("echo")
-        agent.add_handler(TOPIC, on_request)
+        agent.add_handler(TOPIC, on_request, inline=True)
         ctl.ready({"endpoint": node.endpoint, "agent": agent.id})
         await until(lambda: False, ctl)
 

@@ -20,7 +20,7 @@ HEADER_ALLOWANCE = 64 * 1024
 
 # Flow control (see credit.py): what one sender node may have outstanding to
 # one agent. Protocol constants: a receiver reports after half a window.
-CREDIT_WINDOW = 128
+CREDIT_WINDOW = 512
 CREDIT_WINDOW_BYTES = 8 << 20
 
 # Knocking and looking for peers (seconds).
