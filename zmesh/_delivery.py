@@ -72,7 +72,7 @@ class Delivery:
             self._undeliverable(msg, bool(msg.correlation_id) and not broadcast, "not_found", why, agent_id)
         elif inbox.may_start():
             self._start(agent, inbox, entry)
-        elif inbox.fits(size):
+        elif inbox.fits(size, broadcast):
             inbox.put(entry)
         else:
             self._overflow(agent_id, entry)

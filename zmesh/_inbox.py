@@ -31,7 +31,7 @@ class Entry:
 
 
 class Inbox:
-    __slots__ = ("concurrency", "max_count", "max_bytes", "running", "bytes", "_heap", "_seq")
+    __slots__ = ("concurrency", "max_count", "max_bytes", "running", "bytes", "broadcasts", "_heap", "_seq")
 
     def __init__(self, concurrency: int, max_count: int, max_bytes: int) -> None:
         self.concurrency = concurrency
@@ -39,6 +39,7 @@ class Inbox:
         self.max_bytes = max_bytes
         self.running = 0
         self.bytes = 0
+        self.broadcasts = 0
         self._heap: list[tuple[int, int, Entry]] = []
         self._seq = itertools.count()
 
@@ -49,14 +50,19 @@ class Inbox:
         """Can a new message's handler start now, jumping no queue?"""
         return self.running < self.concurrency and not self._heap
 
-    def fits(self, size: int) -> bool:
+    def fits(self, size: int, broadcast: bool = False) -> bool:
+        """Room for one more? Broadcasts (uncredited) may take at most half
+        the inbox, so they never crowd out direct messages senders wait for."""
         if len(self._heap) >= self.max_count:
+            return False
+        if broadcast and self.broadcasts >= self.max_count // 2:
             return False
         return self.bytes + size <= self.max_bytes or not self._heap  # one oversized message may wait alone
 
     def put(self, entry: Entry) -> None:
         heapq.heappush(self._heap, (entry.msg.priority, next(self._seq), entry))
         self.bytes += entry.size
+        self.broadcasts += entry.broadcast
 
     def take(self) -> Entry | None:
         """The next message to handle, if a handler may start now."""
@@ -64,6 +70,7 @@ class Inbox:
             return None
         entry = heapq.heappop(self._heap)[2]
         self.bytes -= entry.size
+        self.broadcasts -= entry.broadcast
         return entry
 
     def drain(self) -> list[Entry]:
@@ -71,4 +78,5 @@ class Inbox:
         entries = [item[2] for item in sorted(self._heap)]
         self._heap.clear()
         self.bytes = 0
+        self.broadcasts = 0
         return entries

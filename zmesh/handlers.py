@@ -128,7 +128,8 @@ class HandlerTasks:
             _, late = await asyncio.wait(running, timeout=CLOSE_GRACE)
             if late:
                 log.warning("zmesh %s: closing with %d plain handler(s) still running in the pool; "
-                            "their results are dropped", self.node_id, len(late))
+                            "their results are dropped, and the process cannot exit until they return",
+                            self.node_id, len(late))
                 pool.shutdown(wait=False, cancel_futures=True)
                 return
         pool.shutdown(wait=True)  # idle workers exit at once
