@@ -42,8 +42,6 @@ class Delivery:
         self.tasks = dispatch.tasks
         self.stats = dispatch.stats
         self.inboxes: dict[str, Inbox] = {}
-        self._pumping: set[str] = set()
-        self._slow: set[str] = set()  # subscribers dropping broadcasts right now
 
     # -- agents ------------------------------------------------------------
 
@@ -57,8 +55,7 @@ class Delivery:
             return
         for entry in inbox.drain():
             self._taken(agent_id, entry)
-            request = bool(entry.msg.correlation_id) and not entry.broadcast
-            self._undeliverable(entry.msg, request, "not_found", f"agent {agent_id!r} left", agent_id)
+            self._undeliverable(entry.msg, entry.request, "not_found", f"agent {agent_id!r} left", agent_id)
 
     # -- arrival -----------------------------------------------------------
 
@@ -69,26 +66,26 @@ class Delivery:
         if agent is None or inbox is None:
             self._taken(agent_id, entry)
             why = f"agent {agent_id!r} left node {self._node.id!r}"
-            self._undeliverable(msg, bool(msg.correlation_id) and not broadcast, "not_found", why, agent_id)
+            self._undeliverable(msg, entry.request, "not_found", why, agent_id)
         elif inbox.may_start():
             self._start(agent, inbox, entry)
         elif inbox.fits(size, broadcast):
             inbox.put(entry)
         else:
-            self._overflow(agent_id, entry)
+            self._overflow(agent_id, inbox, entry)
 
-    def _overflow(self, agent_id: str, entry: Entry) -> None:
+    def _overflow(self, agent_id: str, inbox: Inbox, entry: Entry) -> None:
         msg = entry.msg
         if entry.broadcast:
             self._engine.drop("slow_subscriber", agent_id, f"inbox full, dropped {msg.topic!r}")
-            if agent_id not in self._slow:
-                self._slow.add(agent_id)
+            if not inbox.slow:
+                inbox.slow = True
                 self._node._watch.emit(MeshEvent("slow_subscriber", self._node.id, agent_id, msg.topic))
             return
         self._taken(agent_id, entry)
         self._engine.drop("inbox_full", agent_id)
         why = f"agent {agent_id!r} has a full inbox on node {self._node.id!r}"
-        self._undeliverable(msg, bool(msg.correlation_id), "busy", why, agent_id)
+        self._undeliverable(msg, entry.request, "busy", why, agent_id)
 
     def _taken(self, agent_id: str, entry: Entry) -> None:
         if not entry.broadcast:
@@ -100,7 +97,7 @@ class Delivery:
         """Hand one message to its handler (or say why it cannot be)."""
         self._taken(agent.id, entry)
         msg = entry.msg
-        request = bool(msg.correlation_id) and not entry.broadcast
+        request = entry.request
         if msg.ttl is not None and msg.expired(self._clock.time()):
             self._undeliverable(msg, request, "expired", "the ttl ran out before it was handled", agent.id)
             return
@@ -130,9 +127,9 @@ class Delivery:
         if inbox is None:
             return
         inbox.running -= 1
-        if agent_id in self._pumping:
+        if inbox.pumping:
             return  # an outer call is already taking from this inbox (inline handlers)
-        self._pumping.add(agent_id)
+        inbox.pumping = True
         try:
             while True:
                 entry = inbox.take()
@@ -141,9 +138,9 @@ class Delivery:
                     break
                 self._start(agent, inbox, entry)
         finally:
-            self._pumping.discard(agent_id)
-        if agent_id in self._slow and len(inbox) <= inbox.max_count // 2:
-            self._slow.discard(agent_id)  # caught up: the next drop is news again
+            inbox.pumping = False
+        if inbox.slow and len(inbox) <= inbox.max_count // 2:
+            inbox.slow = False  # caught up: the next drop is news again
 
     def _handler_done(self, result: Any, extra: tuple[Agent, Message, bool]) -> None:
         agent, msg, request = extra

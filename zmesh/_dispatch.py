@@ -100,14 +100,13 @@ class Dispatch:
             (timeout.__class__ is not float and timeout.__class__ is not int) or not timeout >= 0
         ):
             raise InvalidMessage(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
-        started = self._clock.monotonic()
-        window = self._engine.window_open(msg.target)
-        if not window:
-            if window is None:
+        started = self._driver.now()
+        route = self._engine.admit(msg.target)
+        if not route:
+            if route is None:
                 raise self._not_found(msg, kind, started, dead_letter)
-            await self._wait_credit(msg, kind, started, None if timeout is None else started + timeout)
-        if not self._engine.send(msg):
-            raise self._not_found(msg, kind, started, dead_letter)
+            route = await self._wait_credit(msg, kind, started, None if timeout is None else started + timeout)
+        self._engine.send(msg, route)
         self._driver.pump()
         if self._observers:
             self.receipt(kind, "success", started, msg)
@@ -115,8 +114,8 @@ class Dispatch:
         if self._sends % YIELD_EVERY == 0:
             await asyncio.sleep(0)
 
-    async def _wait_credit(self, msg: Message, kind: str, started: float, deadline: float | None) -> None:
-        """Wait until ``msg.target`` may take one more message from us.
+    async def _wait_credit(self, msg: Message, kind: str, started: float, deadline: float | None) -> str:
+        """Wait until ``msg.target`` may take one more message from us; return its route.
 
         Raises Backpressure at ``deadline``, AgentNotRegistered if the
         target leaves meanwhile, NodeClosed if the node closes.
@@ -126,13 +125,20 @@ class Dispatch:
         loop = self._driver.loop
         assert loop is not None
         while True:
-            window = self._engine.window_open(msg.target)
-            if window:
-                return
-            if window is None:
+            route = self._engine.admit(msg.target)
+            if route:
+                return route
+            if route is None:
                 raise self._not_found(msg, kind, started)
             if self._node.closed:
                 raise NodeClosed(f"node {self._node.id!r} is closed")
+            if deadline is not None and self._clock.monotonic() >= deadline:
+                self.stats["backpressure_timeouts"] += 1
+                self.receipt(kind, "failure", started, msg, "Backpressure")
+                raise Backpressure(
+                    f"agent {msg.target!r} took nothing more from node {self._node.id!r} within "
+                    f"{deadline - started:.3g} s (its inbox holds what flow control allows); nothing was sent"
+                )
             future: asyncio.Future[None] = loop.create_future()
             waiters = self._credit_waiters.setdefault(msg.target, [])
             waiters.append(future)
@@ -149,13 +155,6 @@ class Dispatch:
                     waiters.remove(future)
                 if not waiters:
                     self._credit_waiters.pop(msg.target, None)
-            if deadline is not None and self._clock.monotonic() >= deadline and not self._engine.window_open(msg.target):
-                self.stats["backpressure_timeouts"] += 1
-                self.receipt(kind, "failure", started, msg, "Backpressure")
-                raise Backpressure(
-                    f"agent {msg.target!r} took nothing more from node {self._node.id!r} within "
-                    f"{deadline - started:.3g} s (its inbox holds what flow control allows); nothing was sent"
-                )
 
     def credit(self, agent: str) -> None:
         """The engine says ``agent`` may take more from us (or its node left): wake its senders."""
@@ -190,12 +189,12 @@ class Dispatch:
         if (timeout.__class__ is not float and timeout.__class__ is not int) or not timeout > 0:
             raise InvalidMessage(f"timeout must be a positive number of seconds, got {timeout!r}")
         started = self._driver.now()
-        window = self._engine.window_open(msg.target)
-        if not window:
-            if window is None:
+        route = self._engine.admit(msg.target)
+        if not route:
+            if route is None:
                 raise self._not_found(msg, kind, started)
-            await self._wait_credit(msg, kind, started, started + timeout)
-        key = self._engine.request(msg, started + timeout, self._driver.now())
+            route = await self._wait_credit(msg, kind, started, started + timeout)
+        key = self._engine.request(msg, started + timeout, self._driver.now(), route)
         if key is None:
             raise self._not_found(msg, kind, started)
         future: asyncio.Future[Message] = self._driver.loop.create_future()  # type: ignore[union-attr]

@@ -29,9 +29,15 @@ class Entry:
     origin: str  # the sender's node (or LOCAL); "" for a broadcast
     size: int
 
+    @property
+    def request(self) -> bool:
+        """Does someone wait for an answer (a direct message with a correlation id)?"""
+        return bool(self.msg.correlation_id) and not self.broadcast
+
 
 class Inbox:
-    __slots__ = ("concurrency", "max_count", "max_bytes", "running", "bytes", "broadcasts", "_heap", "_seq")
+    __slots__ = ("concurrency", "max_count", "max_bytes", "running", "bytes", "broadcasts", "pumping", "slow",
+                 "_heap", "_seq")
 
     def __init__(self, concurrency: int, max_count: int, max_bytes: int) -> None:
         self.concurrency = concurrency
@@ -40,6 +46,8 @@ class Inbox:
         self.running = 0
         self.bytes = 0
         self.broadcasts = 0
+        self.pumping = False  # handlers are being started from it (inline ones end inside)
+        self.slow = False  # dropping broadcasts right now (an event went out)
         self._heap: list[tuple[int, int, Entry]] = []
         self._seq = itertools.count()
 

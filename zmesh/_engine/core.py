@@ -338,47 +338,51 @@ class Engine:
     def encode(self, msg: Message) -> bytes:
         return codec.encode_message(msg, self.max_payload, self._pack)
 
-    def window_open(self, target: str) -> bool | None:
-        """May a message go to agent ``target`` now (flow control)? None: no node hosts it.
-
-        False means its node has not taken enough of what we sent yet; a
-        CREDIT effect for (node, target) says when to ask again.
+    def admit(self, target: str) -> str | None:
+        """The route (outbox key) to agent ``target`` if flow control admits one
+        more message now; "" when its window is closed (a CREDIT effect for
+        (node, target) says when to ask again); None when no node hosts it.
+        Pass the route on to :meth:`send` or :meth:`request`.
         """
         route = self.route(target)
         if route is None:
             return None
-        return self.flow.is_open(route, target)
+        return route if self.flow.is_open(route, target) else ""
 
     def taken(self, origin: str, agent: str) -> None:
         """A message from ``origin`` (a node id, or LOCAL) left ``agent``'s inbox."""
         if not self.closed:
             self.flow.taken(origin, agent)
 
-    def send(self, msg: Message) -> bool:
+    def send(self, msg: Message, route: str | None = None) -> bool:
         """Queue a message to its target; False (nothing sent) when no node hosts it.
 
         Raises InvalidMessage when it cannot be encoded, NodeClosed when closed.
-        Flow control is the caller's: ask :meth:`window_open` first.
+        Flow control is the caller's: ``route`` comes from :meth:`admit`
+        (None: route here, unchecked).
         """
         if self.closed:
             raise NodeClosed(f"node {self.node_id!r} is closed")
-        route = self.route(msg.target)
         if route is None:
-            return False
+            route = self.route(msg.target)
+            if route is None:
+                return False
         item = self.encode(msg)
         self.flow.sent(route, msg.target, len(item))
         self.enqueue(route, item)
         self.stats["messages_sent"] += 1
         return True
 
-    def request(self, msg: Message, deadline: float, now: float) -> Key | None:
-        """Send a request and track its reply until ``deadline``; None when unroutable."""
+    def request(self, msg: Message, deadline: float, now: float, route: str | None = None) -> Key | None:
+        """Send a request and track its reply until ``deadline``; None when
+        unroutable. ``route`` as for :meth:`send`."""
         if self.closed:
             raise NodeClosed(f"node {self.node_id!r} is closed")
         self._now = now
-        route = self.route(msg.target)
         if route is None:
-            return None
+            route = self.route(msg.target)
+            if route is None:
+                return None
         key = (msg.reply_to, msg.correlation_id)
         if key in self.requests.pending:
             raise InvalidMessage(f"a request with correlation id {msg.correlation_id!r} is already pending")
