@@ -17,6 +17,7 @@ from typing import Any, AsyncIterator
 import pytest
 
 import zmesh
+from zmesh.agent import HANDOFF_GRACE
 from zmesh import FakeClock, Message
 from zmesh import errors as errors_module
 
@@ -519,7 +520,10 @@ async def test_handoff_timeout_leaves_ownership(transport: str) -> None:
         a.claim("task-4")
         task = asyncio.ensure_future(a.handoff("b", "task-4", timeout=10))
         await wait_for(lambda: offers, what="the offer")
-        clock.advance(10)
+        clock.advance(10)  # the offer's ttl: the offerer still waits for a late answer
+        await asyncio.sleep(0.05)
+        assert not task.done()
+        clock.advance(HANDOFF_GRACE)
         with pytest.raises(zmesh.Timeout):
             await task
         assert (a.tasks, b.tasks) == (frozenset({"task-4"}), frozenset())

@@ -23,6 +23,7 @@ from .agent import HANDOFF_TOPIC, Agent, Handoff
 from .handlers import DEFERRED, run_handler
 from .message import Message
 from .registry import MeshEvent
+from ._remote import error_payload
 
 if TYPE_CHECKING:
     from ._dispatch import Dispatch
@@ -55,7 +56,7 @@ class Delivery:
             return
         for entry in inbox.drain():
             self._taken(agent_id, entry)
-            self._undeliverable(entry.msg, entry.request, "not_found", f"agent {agent_id!r} left", agent_id)
+            self._undeliverable(entry, "not_found", f"agent {agent_id!r} left", agent_id)
 
     # -- arrival -----------------------------------------------------------
 
@@ -66,7 +67,7 @@ class Delivery:
         if agent is None or inbox is None:
             self._taken(agent_id, entry)
             why = f"agent {agent_id!r} left node {self._node.id!r}"
-            self._undeliverable(msg, entry.request, "not_found", why, agent_id)
+            self._undeliverable(entry, "not_found", why, agent_id)
         elif inbox.may_start():
             self._start(agent, inbox, entry)
         elif inbox.fits(size, broadcast):
@@ -85,7 +86,7 @@ class Delivery:
         self._taken(agent_id, entry)
         self._engine.drop("inbox_full", agent_id)
         why = f"agent {agent_id!r} has a full inbox on node {self._node.id!r}"
-        self._undeliverable(msg, entry.request, "busy", why, agent_id)
+        self._undeliverable(entry, "busy", why, agent_id)
 
     def _taken(self, agent_id: str, entry: Entry) -> None:
         if not entry.broadcast:
@@ -97,25 +98,26 @@ class Delivery:
         """Hand one message to its handler (or say why it cannot be)."""
         self._taken(agent.id, entry)
         msg = entry.msg
-        request = entry.request
         if msg.ttl is not None and msg.expired(self._clock.time()):
-            self._undeliverable(msg, request, "expired", "the ttl ran out before it was handled", agent.id)
+            self._settled(entry)  # retrying cannot help now
+            self._undeliverable(entry, "expired", "the ttl ran out before it was handled", agent.id)
             return
-        if request and msg.topic == HANDOFF_TOPIC and msg.type == "task":
-            self._offer_handoff(agent, inbox, msg)
+        if entry.request and msg.topic == HANDOFF_TOPIC and msg.type == "task":
+            self._offer_handoff(agent, inbox, entry)
             return
         found = agent.handler_entry(msg.topic)
         if found is None:
+            self._settled(entry)
             why = f"agent {agent.id!r} has no handler for {msg.topic!r}"
-            self._undeliverable(msg, request, "no_handler", why, agent.id)
+            self._undeliverable(entry, "no_handler", why, agent.id)
             return
         self.stats["handled"] += 1
         inbox.running += 1
-        self._run(found[0], msg, found[1], self._handler_done, (agent, msg, request))
+        self._run(found[0], msg, found[1], self._handler_done, (agent, entry))
 
     def _run(self, handler: Callable[..., Any], arg: Any, mode: str, done: Callable[[Any, Any], None],
-             extra: tuple[Agent, Message, bool]) -> None:
-        token = trace_var.set(extra[1].trace_id)
+             extra: tuple[Agent, Entry]) -> None:
+        token = trace_var.set(extra[1].msg.trace_id)
         try:
             run_handler(handler, arg, done, self._handler_failed, self.tasks, extra, mode)
         finally:
@@ -142,33 +144,55 @@ class Delivery:
         if inbox.slow and len(inbox) <= inbox.max_count // 2:
             inbox.slow = False  # caught up: the next drop is news again
 
-    def _handler_done(self, result: Any, extra: tuple[Agent, Message, bool]) -> None:
-        agent, msg, request = extra
-        if request and result is not DEFERRED:
-            if isinstance(result, Message):
-                result = result.payload
-            self._dispatch.reply(msg, "ok", result)
+    def _handler_done(self, result: Any, extra: tuple[Agent, Entry]) -> None:
+        agent, entry = extra
+        msg = entry.msg
+        if entry.request:
+            if result is not DEFERRED:
+                if isinstance(result, Message):
+                    result = result.payload
+                self._dispatch.reply(msg, "ok", result)
+        elif msg.qos and not entry.broadcast:
+            self._engine.handled(entry.origin, msg)
         self._release(agent.id)
 
-    def _handler_failed(self, exc: BaseException, extra: tuple[Agent, Message, bool]) -> None:
-        agent, msg, request = extra
+    def _handler_failed(self, exc: BaseException, extra: tuple[Agent, Entry]) -> None:
+        agent, entry = extra
+        msg = entry.msg
         log.error(
             "zmesh: handler of agent %r for topic %r raised %s: %s",
             agent.id, msg.topic, type(exc).__name__, exc, exc_info=exc,
         )
         self.stats["handler_errors"] += 1
         self._dispatch.dead(msg, "handler_error", f"{type(exc).__name__}: {exc}", agent.id)
-        if request:
-            self._dispatch.reply(msg, "error", {"type": type(exc).__name__, "message": str(exc)})
+        if entry.request:
+            self._dispatch.reply(msg, "error", error_payload(exc))
+        else:
+            self._settled(entry)  # handled, if not well: running it again would not help
         self._release(agent.id)
 
-    def _undeliverable(self, msg: Message, request: bool, reason: str, why: str, target: str) -> None:
-        """Dead-letter ``msg`` here, and tell its requester (if any) why."""
+    def _settled(self, entry: Entry) -> None:
+        """A one-way qos >= 1 message is done with here: acknowledge it."""
+        if entry.msg.qos and not entry.request and not entry.broadcast:
+            self._engine.handled(entry.origin, entry.msg)
+
+    def _undeliverable(self, entry: Entry, reason: str, why: str, target: str) -> None:
+        """Dead-letter ``entry``'s message here, and tell its requester (if any) why.
+
+        A one-way qos >= 1 message dropped before its handler ran (full
+        inbox, agent gone) stays its sender's: it is sent again, so no dead
+        letter here, only the drop counted by the caller.
+        """
+        msg = entry.msg
+        if msg.qos and not entry.request and not entry.broadcast and reason in ("busy", "not_found"):
+            self._engine.unhandled(msg)
+            return
         self._dispatch.dead(msg, reason, why, target)
-        if request:
+        if entry.request:
             self._dispatch.reply(msg, reason, why)
 
-    def _offer_handoff(self, agent: Agent, inbox: Inbox, msg: Message) -> None:
+    def _offer_handoff(self, agent: Agent, inbox: Inbox, entry: Entry) -> None:
+        msg = entry.msg
         payload = msg.payload
         if (
             not isinstance(payload, dict)
@@ -187,6 +211,9 @@ class Delivery:
         )
 
         def done(accepted: Any, _: Any) -> None:
+            if accepted is True and msg.expired(self._clock.time()):
+                # The offerer stops waiting at the offer's ttl and keeps the task: too late to take it.
+                accepted = "the offer expired before it was accepted"
             if accepted is True:
                 agent.claim(task_id)
                 self._dispatch.reply(msg, "ok", {"accepted": True})
@@ -196,4 +223,4 @@ class Delivery:
             self._release(agent.id)
 
         inbox.running += 1
-        self._run(handler, offer, agent.handoff_mode, done, (agent, msg, True))
+        self._run(handler, offer, agent.handoff_mode, done, (agent, entry))

@@ -19,9 +19,7 @@ from .deadletters import DeadLetter, DeadLetters
 from .errors import (
     AgentNotRegistered,
     Backpressure,
-    HandlerError,
     InvalidMessage,
-    NoHandler,
     NodeClosed,
     PeerLost,
     Timeout,
@@ -30,6 +28,7 @@ from .errors import (
 from .handlers import HandlerTasks
 from .message import Message
 from .observer import Observer, Receipt
+from ._remote import reply_error
 
 if TYPE_CHECKING:
     from ._driver import Driver
@@ -106,7 +105,7 @@ class Dispatch:
             if route is None:
                 raise self._not_found(msg, kind, started, dead_letter)
             route = await self._wait_credit(msg, kind, started, None if timeout is None else started + timeout)
-        self._engine.send(msg, route)
+        self._engine.send(msg, route, started)
         self._driver.pump()
         if self._observers:
             self.receipt(kind, "success", started, msg)
@@ -222,8 +221,10 @@ class Dispatch:
             if self._observers:
                 self.receipt(kind, "success", started, msg)
             return reply
-        error = _reply_error(reply)
+        error = reply_error(reply)
         outcome = {"not_found": "not_found", "expired": "timeout"}.get(reply.status, "failure")
+        if isinstance(error, Timeout):
+            outcome = "timeout"
         self.receipt(kind, outcome, started, msg, type(error).__name__)
         raise error
 
@@ -281,20 +282,3 @@ class Dispatch:
                 callback(receipt)
             except Exception:
                 log.exception("zmesh observer %r raised; receipt %r", callback, receipt)
-
-
-def _reply_error(reply: Message) -> ZmeshError:
-    payload = reply.payload
-    if reply.status == "error":
-        if isinstance(payload, dict):
-            return HandlerError(str(payload.get("type", "Exception")), str(payload.get("message", "")), agent=reply.sender)
-        return HandlerError("Exception", str(payload), agent=reply.sender)
-    if reply.status == "no_handler":
-        return NoHandler(str(payload))
-    if reply.status == "not_found":
-        return AgentNotRegistered(str(payload))
-    if reply.status == "expired":
-        return Timeout(f"request expired before delivery: {payload}")
-    if reply.status == "busy":
-        return Backpressure(str(payload))
-    return ZmeshError(f"unexpected reply status {reply.status!r}")

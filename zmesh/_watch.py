@@ -57,12 +57,12 @@ class Watch:
                 queue.get_nowait()
             queue.put_nowait(MeshEvent("peer_left", self._node_id, detail="closed"))
 
-    async def settled(self, done: Callable[[], bool], timeout: float) -> bool:
-        """Wait until ``done()``, re-checked on every wake(); False after ``timeout`` s."""
-        deadline = time.monotonic() + timeout
+    async def settled(self, done: Callable[[], bool], timeout: float | None) -> bool:
+        """Wait until ``done()``, re-checked on every wake(); False after ``timeout`` s (None: no limit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while not done():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
                 return False
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 __all__ = ["Agent", "AgentHost", "Handoff", "HandoffResult", "Handler", "HandoffHandler", "HANDOFF_TOPIC"]
 
 HANDOFF_TOPIC = "zmesh.handoff"
+#: How much longer than its offer's ttl an offerer waits for the answer (seconds).
+HANDOFF_GRACE = 2.0
 
 Handler = Callable[[Message], Any]
 HandoffHandler = Callable[["Handoff"], Union[bool, Awaitable[bool]]]
@@ -301,6 +303,14 @@ class Agent:
             raise InvalidMessage(f"task id must be a non-empty string, got {task_id!r}")
         self._tasks.add(task_id)
 
+    def complete(self, task_id: str) -> bool:
+        """This agent is done with ``task_id`` (finished or dropped it): it owns
+        it no more. Returns whether it owned it."""
+        if task_id in self._tasks:
+            self._tasks.discard(task_id)
+            return True
+        return False
+
     async def handoff(
         self,
         target: str,
@@ -315,6 +325,12 @@ class Agent:
         Ownership moves only if the target accepts; on refusal the task stays
         here and ``accepted`` is False. Raises Timeout (the task stays here),
         AgentNotRegistered, PeerLost or HandlerError like a request.
+
+        The offer travels at QoS 1 (sent again if the target's node dies or
+        its link breaks, to whatever node hosts ``target`` then) with a ttl
+        of ``timeout``: a target that decides after that refuses, and the
+        offerer waits a little longer than the ttl for the answer, so an
+        accepted task is never also kept here.
         """
         if not isinstance(task_id, str) or not task_id:
             raise InvalidMessage(f"task id must be a non-empty string, got {task_id!r}")
@@ -328,14 +344,14 @@ class Agent:
             {"task_id": task_id, "context": context, "artifacts": list(arts)},
             "task",
             3,
-            0,
-            None,
+            1,
+            timeout,
             None,
             _OWN_ID,
         )
         clock = self._host.clock
         started = clock.monotonic()
-        reply = await self._host.request(msg, timeout, "handoff")
+        reply = await self._host.request(msg, timeout + HANDOFF_GRACE, "handoff")
         result = reply.payload if isinstance(reply.payload, dict) else {}
         accepted = result.get("accepted") is True
         if accepted:

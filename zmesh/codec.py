@@ -39,12 +39,14 @@ __all__ = [
     "REFUSE",
     "CREDIT",
     "BLOCKED",
+    "HANDLED",
     "encode_message",
     "encode_item",
     "join_frame",
     "join_pub_frame",
     "decode_frame",
     "decode_pub_frame",
+    "decode_item",
     "message_from_item",
     "Hello",
     "Update",
@@ -55,6 +57,7 @@ __all__ = [
     "Refuse",
     "Credit",
     "Blocked",
+    "Handled",
     "Control",
     "parse_control",
     "encode_control",
@@ -73,6 +76,7 @@ BYE: Final = 6
 REFUSE: Final = 7
 CREDIT: Final = 8
 BLOCKED: Final = 9
+HANDLED: Final = 10
 
 _TYPE_CODE: Final = {name: code for code, name in enumerate(MESSAGE_TYPES)}
 _STATUS_CODE: Final = {name: code for code, name in enumerate(STATUSES)}
@@ -167,6 +171,17 @@ def _unpack(data: bytes, max_bytes: int, header: int) -> list[Any]:
         if item.__class__ is not list or not item or item[0].__class__ is not int:
             raise FrameError("malformed", "bad item")
     return frame
+
+
+def decode_item(data: bytes) -> list[Any]:
+    """Decode one encoded item (as kept in a store); FrameError if unusable."""
+    try:
+        item = _unpackb(data, raw=False, strict_map_key=False, use_list=True)
+    except Exception as exc:
+        raise FrameError("malformed", type(exc).__name__) from None
+    if item.__class__ is not list or not item or item[0].__class__ is not int:
+        raise FrameError("malformed", "bad item")
+    return item
 
 
 def decode_frame(data: bytes, max_bytes: int) -> list[list[Any]]:
@@ -302,7 +317,15 @@ class Blocked:
     sent: int
 
 
-Control = Union[Hello, Update, Ack, Ping, Pong, Bye, Refuse, Credit, Blocked]
+@dataclass(frozen=True, slots=True)
+class Handled:
+    """QoS 1/2: the receiving node handled the messages with these ids."""
+
+    ids: tuple[str, ...]
+
+
+Control = Union[Hello, Update, Ack, Ping, Pong, Bye, Refuse, Credit, Blocked, Handled]
+_MAX_HANDLED = 65536
 
 _MAX_HELLO_PEERS = 4096
 _MAX_ENDPOINTS = 64
@@ -352,6 +375,12 @@ def parse_control(item: list[Any]) -> Control:
         if n != 3 or item[1].__class__ is not str or item[2].__class__ is not int or item[2] < 0:
             raise FrameError("malformed", "credit" if kind == CREDIT else "blocked")
         return Credit(item[1], item[2]) if kind == CREDIT else Blocked(item[1], item[2])
+    if kind == HANDLED:
+        if n != 2 or item[1].__class__ is not list or len(item[1]) > _MAX_HANDLED or any(
+            i.__class__ is not str for i in item[1]
+        ):
+            raise FrameError("malformed", "handled")
+        return Handled(tuple(item[1]))
     raise FrameError("unknown_item", str(kind)[:40])
 
 
@@ -378,6 +407,9 @@ def encode_control(value: Control) -> bytes:
     if value.__class__ is Blocked:
         assert isinstance(value, Blocked)
         return _packb([BLOCKED, value.agent, value.sent])
+    if value.__class__ is Handled:
+        assert isinstance(value, Handled)
+        return _packb([HANDLED, list(value.ids)])
     if value.__class__ is Bye:
         assert isinstance(value, Bye)
         return _packb([BYE, value.reason])

@@ -18,6 +18,8 @@ REASONS = (
     "handler_error",  # the handler raised
     "expired",  # the ttl ran out before delivery
     "peer_lost",  # the target's node left before replying
+    "busy",  # the target's inbox was full
+    "unacked",  # a QoS 1/2 message was not acknowledged when its node closed (no store)
 )
 
 

@@ -33,6 +33,7 @@ from .handlers import DEFAULT_WORKERS
 from .liveness import LivenessConfig
 from .observer import Observer
 from .registry import MeshEvent, Registry
+from .store import SqliteStore, Store
 from .transport import make_transport
 from .transport.base import Transport
 
@@ -46,6 +47,7 @@ COUNTERS = (
     "handled", "handler_errors", "frames_sent", "frames_received", "bytes_sent", "bytes_received",
     "frames_published", "bytes_published", "heartbeats_published", "items_to_departed_peers",
     "events_overflowed", "credit_waits", "credit_reports", "backpressure_waits", "backpressure_timeouts",
+    "retransmits", "duplicates", "qos_expired", "store_errors",
 )
 
 
@@ -69,7 +71,9 @@ class Node:
     endpoints of any members to join through. ``clock`` drives timeouts, TTLs,
     liveness and timestamps (see :class:`zmesh.FakeClock`). ``max_payload``
     caps the encoded payload of one message (bytes). ``workers`` is the
-    size of the thread pool that runs plain ``def`` handlers.
+    size of the thread pool that runs plain ``def`` handlers. ``store`` (a
+    file path, or a :class:`zmesh.store.Store`) keeps unacknowledged QoS 1/2
+    messages and the ids of handled QoS 2 messages across restarts.
     """
 
     def __init__(
@@ -87,6 +91,7 @@ class Node:
         liveness: LivenessConfig | None = None,
         settle_timeout: float = 5.0,
         workers: int = DEFAULT_WORKERS,
+        store: str | os.PathLike[str] | Store | None = None,
     ) -> None:
         _check_name("mesh", mesh)
         if name is not None:
@@ -104,6 +109,9 @@ class Node:
         self.settle_timeout = settle_timeout
         self.interfaces = interfaces
         self.discovery_enabled = discovery
+        if store is not None and not isinstance(store, Store):
+            store = SqliteStore(store)
+        self.store: Store | None = store
         self.transport = make_transport(transport, interfaces)
         caps = self.transport.capabilities
         if caps.level != "frame":
@@ -120,6 +128,7 @@ class Node:
                 liveness=self.liveness_config if caps.peers_can_vanish else None,
                 choose=self.transport.choose,
                 wall_clock=self.clock.time,
+                store=store,
             )
         )
         self.max_frame = self._engine.max_frame
@@ -329,6 +338,7 @@ class Node:
         out["dropped"] = dict(engine.dropped)
         out["dropped_total"] = sum(engine.dropped.values())
         out["pending_requests"] = len(engine.requests)
+        out["unacked"] = engine.reliable.unacked
         out["peers"] = len(engine.peers)
         out["agents"] = len(self._agents)
         out["dead_letters"] = self.dead_letters.total
@@ -345,6 +355,14 @@ class Node:
         return await self._watch.settled(
             lambda: self._closed or self._engine.is_settled(), self.settle_timeout if timeout is None else timeout
         ) and not self._closed
+
+    async def wait_acked(self, timeout: float | None = None) -> bool:
+        """Wait until every QoS 1/2 message this node sent is acknowledged
+        (or dead-lettered); False if ``timeout`` (default: none) ran out first."""
+        engine = self._engine
+        return await self._watch.settled(
+            lambda: self._closed or not engine.reliable.out, timeout
+        ) and not engine.reliable.out
 
     async def wait_for_agents(self, *agent_ids: str, timeout: float = 10.0) -> None:
         """Wait until every given agent id is in the registry; Timeout otherwise."""

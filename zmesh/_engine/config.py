@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from .. import codec
 from ..liveness import LivenessConfig
@@ -55,3 +55,5 @@ class EngineConfig:
     #: Flow control: messages (and bytes) one sender may have outstanding to one agent.
     window: int = CREDIT_WINDOW
     window_bytes: int = CREDIT_WINDOW_BYTES
+    #: Durable QoS state (a :class:`zmesh.store.Store`); None keeps it in memory only.
+    store: Any = None

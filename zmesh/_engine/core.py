@@ -23,7 +23,7 @@ from typing import Any
 import msgpack
 
 from .. import codec
-from ..errors import InvalidMessage, NodeClosed
+from ..errors import InvalidMessage, NodeClosed, ZmeshError
 from ..message import Message
 from ..registry import NodeRecord, Registry
 from . import inbound
@@ -39,6 +39,7 @@ from .config import (
 from .effects import CLOSE, DEAD, OPEN, PUBLISH, SEND, Effect
 from .credit import Flow
 from .members import Members
+from .reliable import Reliable
 from .requests import Key, Requests
 
 __all__ = ["Engine", "EngineConfig", "first_endpoint"]
@@ -60,7 +61,8 @@ class Engine:
         self.liveness = config.liveness
         self.choose = config.choose
         self.registry = Registry(config.node_id)
-        self.requests = Requests(self.out)
+        self.reliable = Reliable(self, config.store)
+        self.requests = Requests(self.out, self.reliable.settle)
         self.members = Members(self)
         self.flow = Flow(self, config.window, config.window_bytes)
         self.effects: list[Effect] = []
@@ -118,6 +120,7 @@ class Engine:
         self.started = True
         self._now = now
         self.registry.merge(self.local_record())
+        self.reliable.restore(now)
         if self.liveness is not None:
             self._next_tick = now + self.liveness.heartbeat / 2
             self.earliest = self._next_tick
@@ -134,6 +137,7 @@ class Engine:
             for peer in self.members.peers.values():
                 self.effects.append((SEND, peer.link, bye))
         self.requests.fail_all(NodeClosed("the node was closed"))
+        self.reliable.close()
         for peer in self.members.peers.values():
             self.effects.append((CLOSE, peer.link))
         for knock in self.members.knocks.values():
@@ -227,6 +231,8 @@ class Engine:
         """Run every timer due at ``now``: liveness, knocks, request deadlines."""
         self._now = now
         self.requests.expire(now)
+        if self.reliable.out:
+            self.reliable.tick(now)
         if not self.closed:
             members = self.members
             if now >= self._next_tick or now >= members.next_tick():
@@ -238,7 +244,8 @@ class Engine:
     def _compute_deadline(self) -> float:
         if self.closed:
             return self.requests.next_deadline()
-        return min(self._next_tick, self.requests.next_deadline(), self.members.next_tick())
+        return min(self._next_tick, self.requests.next_deadline(), self.members.next_tick(),
+                   self.reliable.next_deadline())
 
     def note_deadline(self, when: float) -> None:
         """Something new is due at ``when`` (a request, a knock)."""
@@ -272,7 +279,7 @@ class Engine:
 
     @property
     def has_queued(self) -> bool:
-        return bool(self._outbox or self._pub_items)
+        return bool(self._outbox or self._pub_items or self.reliable.acks)
 
     def discard_outbox(self, node_id: str) -> None:
         self._outbox.pop(node_id, None)
@@ -290,6 +297,8 @@ class Engine:
     def flush(self) -> None:
         """Send everything queued, one frame per peer."""
         self.hold = False
+        if self.reliable.acks:
+            self.reliable.flush_acks()
         while self._outbox or self._pub_items:
             if self._pub_items:
                 self._flush_pub()
@@ -307,6 +316,9 @@ class Engine:
     def _flush_one(self, node_id: str, items: list[bytes]) -> None:
         if not items:
             return
+        store = self.reliable.store
+        if store is not None and store.dirty:
+            self._commit(store)
         frame = codec.join_frame(items)
         if node_id == LOCAL:
             inbound.direct(self, None, frame)
@@ -319,6 +331,16 @@ class Engine:
         self.stats["frames_sent"] += 1
         self.stats["bytes_sent"] += len(frame)
         peer.last_sent = self._now
+
+    def _commit(self, store: Any) -> None:
+        """Write what the store holds before the frames that depend on it leave."""
+        try:
+            store.commit()
+        except ZmeshError as exc:
+            self.stats["store_errors"] += 1
+            if ("store", "error") not in self.logged_drops:
+                self.logged_drops.add(("store", "error"))
+                log.error("zmesh %s: %s (QoS state is not durable now)", self.node_id, exc)
 
     def route(self, target: str) -> str | None:
         """Outbox key for an agent id (LOCAL or a node id), or None when no node hosts it."""
@@ -354,7 +376,7 @@ class Engine:
         if not self.closed:
             self.flow.taken(origin, agent)
 
-    def send(self, msg: Message, route: str | None = None) -> bool:
+    def send(self, msg: Message, route: str | None = None, now: float | None = None) -> bool:
         """Queue a message to its target; False (nothing sent) when no node hosts it.
 
         Raises InvalidMessage when it cannot be encoded, NodeClosed when closed.
@@ -368,6 +390,8 @@ class Engine:
             if route is None:
                 return False
         item = self.encode(msg)
+        if msg.qos:
+            self.reliable.track(msg, item, route, self._now if now is None else now)
         self.flow.sent(route, msg.target, len(item))
         self.enqueue(route, item)
         self.stats["messages_sent"] += 1
@@ -390,6 +414,8 @@ class Engine:
         self.requests.add(msg, self.node_id if route == LOCAL else route, deadline)
         if deadline < self.earliest:
             self.earliest = deadline
+        if msg.qos:
+            self.reliable.track(msg, item, route, now, deadline)
         self.flow.sent(route, msg.target, len(item))
         self.enqueue(route, item)
         self.stats["requests_sent"] += 1
@@ -398,8 +424,8 @@ class Engine:
     def forget_request(self, key: Key) -> None:
         self.requests.forget(key)
 
-    def reply(self, reply: Message) -> None:
-        """Send a reply; dead-lettered here when its requester is gone."""
+    def reply(self, reply: Message) -> bytes:
+        """Send a reply (returned encoded); dead-lettered here when its requester is gone."""
         try:
             item = self.encode(reply)
         except InvalidMessage as exc:
@@ -412,14 +438,27 @@ class Engine:
             self.enqueue(route, item)
         elif not self.members.parked.park(reply.target, item, reply):
             self.effects.append((DEAD, reply, "not_found", "the requester is gone", reply.target))
+        return item
 
     def reply_status(self, msg: Message, status: str, payload: Any) -> None:
         """Answer request ``msg`` with ``status`` ("ok", or why it failed here)."""
-        self.reply(
+        item = self.reply(
             Message("result", msg.target, msg.reply_to or msg.sender, msg.topic, payload,
                     msg.correlation_id, "", msg.priority, msg.qos, None, self.config.wall_clock(),
                     msg.trace_id, status, self.config.new_id())
         )
+        if msg.qos:
+            self.reliable.done("", msg, item)  # a repeat of the request gets this reply again
+
+    def handled(self, origin: str, msg: Message) -> None:
+        """The handler of one-way message ``msg`` (qos >= 1) from ``origin`` finished:
+        acknowledge it."""
+        if not self.closed:
+            self.reliable.done(origin, msg)
+
+    def unhandled(self, msg: Message) -> None:
+        """``msg`` (qos >= 1) was dropped before its handler ran: take it when it comes again."""
+        self.reliable.forget(msg.id)
 
     def broadcast(self, msg: Message) -> int:
         """Publish to every subscribed agent; returns how many (other than the sender) it reaches."""

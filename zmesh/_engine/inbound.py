@@ -108,13 +108,20 @@ def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None
     else:
         origin = LOCAL if peer is None else peer.node_id
         if msg.target in engine.agents:
+            if msg.qos and not engine.reliable.accept(origin, msg):
+                engine.flow.taken(origin, msg.target)  # a repeat: answered, never handled twice
+                return
             engine.effects.append((DELIVER, msg.target, msg, False, origin, size))
         else:
             why = f"agent {msg.target!r} is not registered on node {engine.node_id!r}"
+            engine.flow.taken(origin, msg.target)
+            if msg.qos and not msg.correlation_id:
+                # Its sender keeps it and sends it again where the agent is then.
+                engine.drop("not_found", origin, why)
+                return
             engine.effects.append((DEAD, msg, "not_found", why, msg.target))
             if msg.correlation_id:
                 engine.reply_status(msg, "not_found", why)
-            engine.flow.taken(origin, msg.target)
 
 
 def _fan_out(engine: Engine, msg: Message, size: int) -> None:

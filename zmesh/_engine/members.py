@@ -12,7 +12,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..codec import Ack, Blocked, Bye, Control, Credit, Hello, Ping, Pong, Refuse, Update, encode_control, join_frame
+from ..codec import (
+    Ack, Blocked, Bye, Control, Credit, Handled, Hello, Ping, Pong, Refuse, Update, encode_control, join_frame,
+)
 from ..errors import FrameError
 from ..registry import MeshEvent, NodeRecord
 from ..transport.base import endpoint_host, is_loopback_endpoint
@@ -260,6 +262,8 @@ class Members:
         e = self.e
         for event in e.registry.merge(peer.record):
             e.out((EVENT, event))
+        if e.reliable.out:
+            e.reliable.routes_changed()
         e.enqueue(peer.node_id, encode_control(Ack(peer.record.seq)))
 
     def accept_record(self, peer: Peer, record: NodeRecord) -> None:
@@ -309,6 +313,8 @@ class Members:
         e.out((UNSUBSCRIBE, peer.pub))
         e.requests.fail_to(peer.node_id, f"node {peer.node_id!r} {why}")
         e.flow.forget(peer.node_id)
+        if e.reliable.out:
+            e.reliable.node_left(peer.node_id)
 
     def remove(self, peer: Peer, event: str, why: str, now: float) -> None:
         e = self.e
@@ -363,6 +369,9 @@ class Members:
         elif cls is Blocked:
             assert isinstance(item, Blocked)
             e.flow.on_blocked(peer.node_id, item.agent, item.sent)
+        elif cls is Handled:
+            assert isinstance(item, Handled)
+            e.reliable.handled(peer.node_id, list(item.ids))
         elif cls is Pong:
             pass
         else:

@@ -33,12 +33,13 @@ class Pending:
 class Requests:
     """The pending requests of one engine."""
 
-    __slots__ = ("pending", "_heap", "_emit")
+    __slots__ = ("pending", "_heap", "_emit", "_settle")
 
-    def __init__(self, emit: Callable[[tuple[Any, ...]], None]) -> None:
+    def __init__(self, emit: Callable[[tuple[Any, ...]], None], settle: Callable[[str], None]) -> None:
         self.pending: dict[Key, Pending] = {}
         self._heap: list[tuple[float, int, Pending]] = []
         self._emit = emit
+        self._settle = settle  # a qos >= 1 request is no longer retransmitted
 
     def __len__(self) -> int:
         return len(self.pending)
@@ -50,7 +51,14 @@ class Requests:
         return list(self.pending)
 
     def to_node(self, node_id: str) -> list[Key]:
-        return [k for k, p in self.pending.items() if p.node_id == node_id]
+        """The qos 0 requests that went to ``node_id`` (qos >= 1 ones are sent again)."""
+        return [k for k, p in self.pending.items() if p.node_id == node_id and not p.message.qos]
+
+    def moved(self, msg: Message, node_id: str) -> None:
+        """A qos >= 1 request was sent again, to ``node_id``."""
+        pending = self.pending.get((msg.reply_to, msg.correlation_id))
+        if pending is not None:
+            pending.node_id = node_id
 
     def add(self, msg: Message, node_id: str, deadline: float) -> Key:
         key = (msg.reply_to, msg.correlation_id)
@@ -69,6 +77,8 @@ class Requests:
         pending = self.pending.pop(key, None)
         if pending is not None:
             pending.done = True
+            if pending.message.qos:
+                self._settle(pending.message.id)
 
     def resolve(self, msg: Message) -> bool:
         """A reply arrived; False when nobody waits for it (late or unknown)."""
@@ -76,6 +86,8 @@ class Requests:
         if pending is None:
             return False
         pending.done = True
+        if pending.message.qos:
+            self._settle(pending.message.id)
         self._emit((REPLIED, pending.key, msg))
         return True
 
@@ -102,6 +114,8 @@ class Requests:
             pending.done = True
             del self.pending[pending.key]
             msg = pending.message
+            if msg.qos:
+                self._settle(msg.id)
             self._emit(
                 (FAILED, pending.key, Timeout(f"no reply from {msg.target!r} to {msg.topic!r} within the timeout"))
             )

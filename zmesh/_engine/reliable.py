@@ -1,0 +1,298 @@
+"""QoS 1 and 2: acknowledgement, retransmission and duplicate suppression (internal).
+
+Sender side: a direct message with ``qos >= 1`` stays *outstanding* until
+the receiving node says it was handled. Until then it is sent again with
+backoff (:data:`RETRY_FIRST` doubling to :data:`RETRY_MAX`), and at once
+when the node it went to leaves and a node hosting the target appears (a new
+incarnation, or a newcomer registering the same agent id). Its ttl bounds
+the retrying: then it is dead-lettered ``expired``. A request needs no
+separate acknowledgement: its reply is one.
+
+Receiver side: every ``qos >= 1`` message id is remembered in a bounded
+window (:data:`DEDUP_WINDOW` ids, oldest forgotten first), so a handler sees
+each message once while its node lives. A repeat of a message being handled
+is dropped; a repeat of one already handled is acknowledged again, or, for
+a request, answered again with the remembered reply (while the replies kept
+stay under :data:`REPLY_CACHE_BYTES`). A message dropped before its
+handler ran (full inbox, agent gone) is forgotten, so its retransmission is
+taken.
+
+Acknowledgements go out as one HANDLED item per sending node per flush.
+
+With a store (:mod:`zmesh.store`), outstanding one-way messages and the ids
+of handled ``qos = 2`` messages are written through it, so a restarted
+sender still delivers them and a restarted receiver still recognises them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import TYPE_CHECKING, Any
+
+from .. import codec
+from ..message import Message
+from .config import LOCAL
+from .effects import ACKED, DEAD
+
+if TYPE_CHECKING:
+    from ..store import Store
+    from .core import Engine
+
+__all__ = ["Reliable", "RETRY_FIRST", "RETRY_MAX", "DEDUP_WINDOW", "REPLY_CACHE_BYTES"]
+
+RETRY_FIRST = 1.0  # seconds until the first retransmission on a link that stays up
+RETRY_MAX = 30.0
+UNROUTED_RETRY = 1.0  # no node hosts the target: look again this often (and when one joins)
+DEDUP_WINDOW = 100_000
+REPLY_CACHE_BYTES = 32 << 20
+
+_RUNNING: Any = object()  # a seen id whose handler has not finished
+_DONE = b""  # a seen id that was handled (no reply kept)
+
+
+class _Out:
+    __slots__ = ("msg", "item", "node", "next_try", "backoff", "expires", "done", "request")
+
+    def __init__(self, msg: Message, item: bytes, node: str | None, next_try: float, expires: float,
+                 request: bool) -> None:
+        self.msg = msg
+        self.item = item
+        self.node = node  # the node it was last sent to (or LOCAL); None while unrouted
+        self.next_try = next_try
+        self.backoff = RETRY_FIRST
+        self.expires = expires
+        self.done = False
+        self.request = request
+
+
+class Reliable:
+    def __init__(self, engine: Engine, store: Store | None) -> None:
+        self.e = engine
+        self.store = store
+        self.out: dict[str, _Out] = {}
+        self._heap: list[tuple[float, int, _Out]] = []
+        self._seq = 0
+        self.seen: dict[str, Any] = {}
+        self._reply_bytes = 0
+        self.acks: dict[str, list[str]] = {}  # node id -> ids handled, sent at the next flush
+
+    # -- sending -----------------------------------------------------------
+
+    @property
+    def unacked(self) -> int:
+        return len(self.out)
+
+    def track(self, msg: Message, item: bytes, node: str, now: float, deadline: float = math.inf) -> None:
+        """``msg`` (qos >= 1) went to ``node``: keep it until it is acknowledged."""
+        expires = deadline
+        if msg.ttl is not None:
+            expires = min(expires, now + msg.ttl - max(0.0, self.e.config.wall_clock() - msg.timestamp))
+        request = bool(msg.correlation_id)
+        entry = _Out(msg, item, node, now + RETRY_FIRST, expires, request)
+        self.out[msg.id] = entry
+        self._push(entry)
+        if self.store is not None and not request:
+            self.store.put_outbox(msg.id, item)
+
+    def _push(self, entry: _Out) -> None:
+        self._seq += 1
+        when = min(entry.next_try, entry.expires)
+        heapq.heappush(self._heap, (when, self._seq, entry))
+        self.e.note_deadline(when)
+
+    def handled(self, node: str, ids: list[str]) -> None:
+        """``node`` says it handled these messages."""
+        out = self.out
+        store = self.store
+        for msg_id in ids:
+            entry = out.get(msg_id)
+            if entry is not None and (entry.node == node or entry.node is None or node == LOCAL):
+                del out[msg_id]
+                entry.done = True
+                if store is not None and not entry.request:
+                    store.delete_outbox(msg_id)
+        if not out:
+            self.e.out((ACKED,))
+
+    def settle(self, msg_id: str) -> None:
+        """A request's reply arrived (or the requester gave up): stop retrying it."""
+        entry = self.out.pop(msg_id, None)
+        if entry is not None:
+            entry.done = True
+            if not self.out:
+                self.e.out((ACKED,))
+
+    def node_left(self, node: str) -> None:
+        """What went to ``node`` is sent again once a node hosts its target."""
+        for entry in self.out.values():
+            if entry.node == node:
+                entry.node = None
+                entry.next_try = self.e.now
+                self._push(entry)
+
+    def routes_changed(self) -> None:
+        """A node joined or changed its agents: retry unrouted messages now."""
+        now = self.e.now
+        for entry in self.out.values():
+            if entry.node is None and entry.next_try > now:
+                entry.next_try = now
+                self._push(entry)
+
+    def tick(self, now: float) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= now + 1e-9:
+            when, _, entry = heapq.heappop(heap)
+            if entry.done or when != min(entry.next_try, entry.expires):
+                continue  # settled, or superseded by a later push
+            if now >= entry.expires - 1e-9:
+                self._expire(entry)
+            else:
+                self._retry(entry, now)
+
+    def next_deadline(self) -> float:
+        heap = self._heap
+        while heap and heap[0][2].done:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else math.inf
+
+    def _expire(self, entry: _Out) -> None:
+        msg = entry.msg
+        del self.out[msg.id]
+        entry.done = True
+        if self.store is not None and not entry.request:
+            self.store.delete_outbox(msg.id)
+        if not entry.request:  # a request times out on its own
+            self.e.stats["qos_expired"] += 1
+            why = "not acknowledged within its ttl"
+            self.e.out((DEAD, msg, "expired", why, msg.target))
+        if not self.out:
+            self.e.out((ACKED,))
+
+    def _retry(self, entry: _Out, now: float) -> None:
+        e = self.e
+        msg = entry.msg
+        route = e.route(msg.target)
+        if route is None or (msg.sender not in e.agents and route != LOCAL and not entry.request):
+            # Nobody hosts the target now (or, replayed from a store, its sender is not back yet).
+            entry.node = None
+            entry.next_try = now + UNROUTED_RETRY
+        else:
+            entry.node = route
+            e.flow.sent(route, msg.target, len(entry.item))
+            e.enqueue(route, entry.item)
+            if entry.request:
+                e.requests.moved(msg, route if route != LOCAL else e.node_id)
+            e.stats["retransmits"] += 1
+            entry.next_try = now + entry.backoff
+            entry.backoff = min(entry.backoff * 2, RETRY_MAX)
+        self._push(entry)
+
+    def close(self) -> None:
+        """The node closes: without a store, what is unacknowledged is dead-lettered."""
+        for entry in self.out.values():
+            entry.done = True
+            if not entry.request and self.store is None:
+                msg = entry.msg
+                self.e.out((DEAD, msg, "unacked", "the node closed before it was acknowledged", msg.target))
+        self.out.clear()
+        self._heap.clear()
+        if self.store is not None:
+            self.store.close()
+
+    def restore(self, now: float) -> None:
+        """Take up what a store kept: outstanding messages and handled qos 2 ids."""
+        store = self.store
+        if store is None:
+            return
+        for msg_id in store.load_seen():
+            self.seen[msg_id] = _DONE
+        for msg_id, item in store.load_outbox():
+            try:
+                msg = codec.message_from_item(codec.decode_item(item))
+            except Exception:
+                store.delete_outbox(msg_id)
+                self.e.drop("malformed", "store", f"outbox entry {msg_id!r}")
+                continue
+            entry = _Out(msg, item, None, now, math.inf, False)
+            if msg.ttl is not None:
+                entry.expires = now + msg.timestamp + msg.ttl - self.e.config.wall_clock()
+            self.out[msg.id] = entry
+            self._push(entry)
+
+    # -- receiving ---------------------------------------------------------
+
+    def accept(self, origin: str, msg: Message) -> bool:
+        """A qos >= 1 message for a local agent arrived: handle it (True), or
+        is it a repeat (False, answered here)?"""
+        seen = self.seen
+        state = seen.get(msg.id)
+        if state is None:
+            seen[msg.id] = _RUNNING
+            if len(seen) > DEDUP_WINDOW:
+                self._evict()
+            return True
+        e = self.e
+        e.stats["duplicates"] += 1
+        if state is not _RUNNING:
+            if state:
+                e.enqueue(origin, state)  # the remembered reply
+            elif not msg.correlation_id:
+                self._ack(origin, msg.id)
+        return False
+
+    def forget(self, msg_id: str) -> None:
+        """The message was dropped before its handler ran: take its retransmission."""
+        if self.seen.get(msg_id) is _RUNNING:
+            del self.seen[msg_id]
+
+    def done(self, origin: str, msg: Message, reply: bytes = _DONE) -> None:
+        """The handler of ``msg`` (qos >= 1) finished; ``reply``: the encoded reply of a request."""
+        seen = self.seen
+        if msg.id in seen:
+            old = seen[msg.id]
+            if old is not _RUNNING:
+                self._reply_bytes -= len(old)
+        seen[msg.id] = reply
+        if reply:
+            self._reply_bytes += len(reply)
+            if self._reply_bytes > REPLY_CACHE_BYTES:
+                self._evict()
+        if msg.qos >= 2 and self.store is not None:
+            self.store.put_seen(msg.id)
+        if not reply:
+            self._ack(origin, msg.id)
+
+    def _ack(self, origin: str, msg_id: str) -> None:
+        if origin == LOCAL:
+            self.handled(LOCAL, [msg_id])
+            return
+        ids = self.acks.get(origin)
+        if ids is None:
+            self.acks[origin] = [msg_id]
+        else:
+            ids.append(msg_id)
+
+    def flush_acks(self) -> None:
+        acks, self.acks = self.acks, {}
+        for node, ids in acks.items():
+            if node in self.e.members.peers:
+                self.e.enqueue(node, codec.encode_control(codec.Handled(tuple(ids))))
+
+    def _evict(self) -> None:
+        """Forget the oldest handled ids until the window and the reply cache
+        are back under 90 % (ids whose handler still runs are kept)."""
+        seen = self.seen
+        count, size = len(seen), self._reply_bytes
+        victims = []
+        for msg_id, state in seen.items():
+            if count <= DEDUP_WINDOW * 0.9 and size <= REPLY_CACHE_BYTES * 0.9:
+                break
+            if state is _RUNNING:
+                continue
+            victims.append(msg_id)
+            count -= 1
+            size -= len(state)
+        for msg_id in victims:
+            del seen[msg_id]
+        self._reply_bytes = size

@@ -1,0 +1,137 @@
+"""A node's durable state for QoS 1 and 2: ``Node(..., store="path/to/file.db")``.
+
+What it keeps:
+
+* the *outbox*: one-way messages sent with ``qos >= 1`` that the receiving
+  node has not acknowledged yet. A node started again with the same store
+  sends them again once their sender agent is registered and their target
+  is reachable (until their ttl runs out);
+* the ids of ``qos = 2`` messages this node's agents handled (the newest
+  ``seen_limit``), so a repeat that arrives after a restart is recognised
+  and acknowledged, not handled again.
+
+Writes are buffered and committed before the frames that depend on them
+leave the node (a message goes out only once it is in the outbox; an
+acknowledgement only once the id it acknowledges is recorded). SQLite runs
+in WAL mode with ``synchronous=NORMAL``: it survives the process being
+killed; a power cut may lose the last commits.
+
+One store belongs to one node at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import Protocol, runtime_checkable
+
+from .errors import ZmeshError
+
+__all__ = ["Store", "SqliteStore", "StoreError"]
+
+
+class StoreError(ZmeshError):
+    """The store could not be opened or written."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What the engine asks of a store. Calls come from the node's loop thread."""
+
+    def put_outbox(self, msg_id: str, item: bytes) -> None: ...
+
+    def delete_outbox(self, msg_id: str) -> None: ...
+
+    def load_outbox(self) -> list[tuple[str, bytes]]: ...
+
+    def put_seen(self, msg_id: str) -> None: ...
+
+    def load_seen(self) -> list[str]: ...
+
+    @property
+    def dirty(self) -> bool: ...
+
+    def commit(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outbox (id TEXT PRIMARY KEY, item BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS seen (id TEXT PRIMARY KEY);
+"""
+
+
+class SqliteStore:
+    """The store behind ``Node(store=path)``: one SQLite file (standard library)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, seen_limit: int = 100_000) -> None:
+        self.path = os.fspath(path)
+        self.seen_limit = seen_limit
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store {self.path!r}: {exc}") from None
+        self._outbox: dict[str, bytes | None] = {}  # id -> item to write, or None to delete
+        self._seen: list[str] = []
+        self._since_prune = 0
+        self._closed = False
+
+    def put_outbox(self, msg_id: str, item: bytes) -> None:
+        self._outbox[msg_id] = item
+
+    def delete_outbox(self, msg_id: str) -> None:
+        self._outbox[msg_id] = None  # the row may be on disk already
+
+    def load_outbox(self) -> list[tuple[str, bytes]]:
+        return [(str(i), bytes(b)) for i, b in self._db.execute("SELECT id, item FROM outbox ORDER BY rowid")]
+
+    def put_seen(self, msg_id: str) -> None:
+        self._seen.append(msg_id)
+
+    def load_seen(self) -> list[str]:
+        return [str(i) for (i,) in self._db.execute("SELECT id FROM seen ORDER BY rowid")]
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._outbox or self._seen)
+
+    def commit(self) -> None:
+        if self._closed or not (self._outbox or self._seen):
+            return
+        outbox, self._outbox = self._outbox, {}
+        seen, self._seen = self._seen, []
+        db = self._db
+        try:
+            db.execute("BEGIN")
+            puts = [(k, v) for k, v in outbox.items() if v is not None]
+            if puts:
+                db.executemany("INSERT OR REPLACE INTO outbox (id, item) VALUES (?, ?)", puts)
+            deletes = [(k,) for k, v in outbox.items() if v is None]
+            if deletes:
+                db.executemany("DELETE FROM outbox WHERE id = ?", deletes)
+            if seen:
+                db.executemany("INSERT OR IGNORE INTO seen (id) VALUES (?)", [(i,) for i in seen])
+                self._since_prune += len(seen)
+                if self._since_prune >= max(1, self.seen_limit // 10):
+                    self._since_prune = 0
+                    db.execute(
+                        "DELETE FROM seen WHERE rowid <= (SELECT max(rowid) FROM seen) - ?", (self.seen_limit,)
+                    )
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise StoreError(f"cannot write store {self.path!r}: {exc}") from None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self.commit()
+        finally:
+            self._closed = True
+            self._db.close()
