@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from zmesh import codec
+from zmesh._engine import reliable
 from zmesh.liveness import LivenessConfig
 from zmesh.sim import FaultSpec, parse_faults, replay_command, run
 from zmesh.sim.faults import Fault
@@ -177,3 +178,18 @@ def test_a_node_restarted_behind_a_long_partition_is_found() -> None:
                       Fault("restart", 9.0, 8.0, "n0")])
     result = world.run()
     assert result.violations == [] and result.converged_after_s is not None, result.violations[:3]
+
+
+@pytest.mark.timeout(60)
+def test_qos1_messages_survive_loss_partitions_and_restarts() -> None:
+    seeds = range(1, 13)
+    results = [run(8, seed, "restart=2,loss=0.2,partition,dup", 90.0) for seed in seeds]
+    assert sum(r.requests.get("qos1_sent", 0) for r in results) >= 60  # the workload does send them
+    assert [v for r in results for v in r.violations] == []
+
+
+@pytest.mark.timeout(60)
+def test_the_sim_catches_qos1_loss_without_retransmission(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reliable.Reliable, "_retry", lambda self, entry, now: None)
+    results = [run(8, seed, "restart=2,loss=0.2,partition", 90.0) for seed in range(30, 36)]
+    assert any("never handled" in v for r in results for v in r.violations)

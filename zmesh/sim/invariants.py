@@ -15,6 +15,9 @@ string that names the nodes involved.
    pending except requests of the last 60 s to live nodes; no PeerLost while
    the target was live and reachable the whole time; every reply is "ok".
    Every live node is settled: each joined peer acknowledged its latest record.
+   QoS 1: every message whose sender lived to the end, to an agent whose
+   node is live at the end, was handled (by some incarnation of that node),
+   and no incarnation handled one twice; its sender holds nothing unacknowledged.
 5. Nothing grows without bound: peers are live nodes, knocks are on seeds and
    departed endpoints only, pending requests are recent, ``by_key`` mirrors
    ``peers``.
@@ -30,9 +33,10 @@ from .._engine.requests import Key
 from .node import LIVENESS
 
 if TYPE_CHECKING:
+    from ..message import Message
     from .node import SimNode
 
-__all__ = ["Req", "RequestLog", "Episode", "check_mesh", "check_requests", "pending_mismatch", "REQUEST_TIMEOUT", "RECORD_LAG"]
+__all__ = ["QosLog", "Req", "RequestLog", "Episode", "check_mesh", "check_requests", "pending_mismatch", "REQUEST_TIMEOUT", "RECORD_LAG"]
 
 REQUEST_TIMEOUT = 60.0
 RECORD_LAG = 1.0
@@ -49,6 +53,38 @@ class Req:
     sent: float
     done: float = math.inf
     outcome: str = ""  # "" while pending; "reply:ok", "PeerLost", "Timeout", ...
+
+
+class QosLog:
+    """Every qos 1 message the workload sent, and who handled it how often."""
+
+    def __init__(self) -> None:
+        self.sent: dict[str, tuple[SimNode, str, float]] = {}  # id -> (sender, target node, when)
+        self.handlings: dict[tuple[str, int], int] = {}  # (id, incarnation uid) -> times handled
+        self.handled_ids: set[str] = set()
+
+    def add(self, msg_id: str, sender: SimNode, target_node: str, now: float) -> None:
+        self.sent[msg_id] = (sender, target_node, now)
+
+    def handled(self, node: SimNode, msg: Message) -> None:
+        key = (msg.id, node.uid)
+        self.handlings[key] = self.handlings.get(key, 0) + 1
+        self.handled_ids.add(msg.id)
+
+    def owed(self, live: dict[str, SimNode]) -> int:
+        """Messages still to be handled that must be."""
+        return sum(1 for i, (s, t, _) in self.sent.items() if i not in self.handled_ids and s.alive and t in live)
+
+    def check(self, live: dict[str, SimNode]) -> list[str]:
+        out = [f"qos 1 message {i} handled {n} times by {node_uid}" for (i, node_uid), n in self.handlings.items() if n > 1]
+        for msg_id, (sender, target, when) in self.sent.items():
+            if sender.alive and target in live and msg_id not in self.handled_ids:
+                out.append(f"qos 1 message {msg_id} {sender.node_id}->{target} sent @{when:.3f} never handled")
+        for node in live.values():
+            left = [i for i in node.engine.reliable.out if i in self.sent and self.sent[i][1] in live]
+            if left:
+                out.append(f"{node.node_id} still holds {len(left)} unacknowledged qos 1 messages, e.g. {left[0]}")
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,7 +120,7 @@ class SimNode:
                 elif op == fx.PUBLISH:
                     net.publish(self, eff[1])
                 elif op == fx.DELIVER:
-                    self.deliver(eff[1], eff[2], eff[3])
+                    self.deliver(eff[1], eff[2], eff[3], eff[4])
                 elif op == fx.OPEN:
                     if eff[1] in self.links:
                         world.engine_bug(self, f"OPEN of link {eff[1]} that is open already")
@@ -142,11 +142,17 @@ class SimNode:
                     world.rediscover(self)
                 world.count_effect(op, eff)
 
-    def deliver(self, agent_id: str, msg: Message, broadcast: bool) -> None:
-        """The sim's application: every agent answers every request "ok"."""
+    def deliver(self, agent_id: str, msg: Message, broadcast: bool, origin: str) -> None:
+        """The sim's application: every agent answers every request "ok" and
+        acknowledges every qos 1 message at once."""
         self.world.delivered(self, msg, broadcast)
-        if msg.correlation_id and msg.type != "result" and not broadcast:
+        if broadcast:
+            return
+        if msg.correlation_id and msg.type != "result":
             self.call("reply_status", self.engine.reply_status, msg, "ok", {"echo": msg.payload})
+        elif msg.qos:
+            self.world.qos.handled(self, msg)
+            self.call("handled", self.engine.handled, origin, msg)
 
     # -- lifecycle -------------------------------------------------------
 

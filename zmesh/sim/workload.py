@@ -46,8 +46,10 @@ class Workload:
             return
         node = rng.choice(ready)
         roll = rng.random()
-        if roll < 0.85:
+        if roll < 0.70:
             self.request(node)
+        elif roll < 0.85:
+            self.send_qos1(node)
         elif roll < 0.95:
             self.msgs += 1
             msg = Message(type="notify", sender=node.agent, topic="news.flash", payload={"b": self.msgs},
@@ -58,6 +60,21 @@ class Workload:
             node.set_subscriptions(rng.choice(SUBSCRIPTIONS))
             node.end_step()
             world.count("resubscribes")
+
+    def send_qos1(self, node: SimNode) -> None:
+        """A one-way qos 1 message to a random agent the node's registry knows."""
+        world, rng = self.world, self.rng
+        tid = rng.choice(world.ids)
+        if tid == node.node_id or node.engine.registry.node_of(f"{tid}.a") is None:
+            return
+        self.msgs += 1
+        msg = Message(type="notify", sender=node.agent, target=f"{tid}.a", topic="work.note",
+                      payload={"n": self.msgs}, qos=1, timestamp=world.wall(), trace_id=f"t{self.msgs}",
+                      id=self.msg_id())
+        if node.call("send", node.engine.send, msg, None, world.sched.now):
+            world.qos.add(msg.id, node, tid, world.sched.now)
+            world.count("qos1_sends")
+        node.end_step()
 
     def request(self, node: SimNode) -> None:
         """To a random agent the node's registry knows (it may be dead by now)."""

@@ -20,7 +20,7 @@ from typing import Any
 from .._engine import effects as fx
 from ..message import Message
 from .faults import DUP_P, Fault, FaultSpec, schedule
-from .invariants import Episode, RequestLog, check_mesh, check_requests, pending_mismatch
+from .invariants import Episode, QosLog, RequestLog, check_mesh, check_requests, pending_mismatch
 from .network import Network, Scheduler
 from .node import SimNode
 from .workload import SUBSCRIPTIONS, WORK_START, Workload
@@ -87,6 +87,7 @@ class World:
         self.by_key: dict[str, SimNode] = {}  # "node|incarnation" -> that incarnation
         self.departed: dict[str, None] = {}  # router endpoints of dead incarnations
         self.requests = RequestLog()
+        self.qos = QosLog()
         self.episodes: list[Episode] = []
         self.cuts: list[tuple[str, ...]] = []
         self.faults, self.heal = schedule(spec, fault_rng, self.ids, duration)
@@ -279,7 +280,10 @@ class World:
             if self.converged_at is None and now - self.holding_since >= self.stable - 1e-9:
                 self.converged_at = self.holding_since
                 self.log(f"converged at {self.holding_since:.3f} ({self.holding_since - self.heal:.3f} s after the heal)")
-        if now >= self.duration and (self.converged_at is not None or now >= self.heal + self.settle):
+        if now >= self.duration and (
+            (self.converged_at is not None and not self.qos.owed(self.live))
+            or now >= self.heal + self.settle
+        ):
             self.done = True
 
     def _progress(self) -> None:
@@ -322,6 +326,7 @@ class World:
         found += check_mesh(live, self.departed, self.requests, now)
         found += check_requests(self.requests, self.episodes, now)
         found += pending_mismatch(self.requests, live)
+        found += self.qos.check(self.live)
         if len(found) > MAX_VIOLATIONS:
             found = found[:MAX_VIOLATIONS] + [f"... and {len(found) - MAX_VIOLATIONS} more"]
         transitions: dict[str, int] = {}
@@ -330,7 +335,7 @@ class World:
                 name = f"{state}/{event}"
                 transitions[name] = transitions.get(name, 0) + c
         requests = {"sent": len(self.requests.by_key), "unroutable": self.requests.unroutable,
-                    **self.requests.outcomes, **self.counts}
+                    "qos1_sent": len(self.qos.sent), **self.requests.outcomes, **self.counts}
         converged = None if self.converged_at is None else round(self.converged_at - self.heal, 3)
         return SimResult(
             nodes=self.n, seed=self.seed, faults=[f.describe() for f in self.faults],
