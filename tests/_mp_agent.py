@@ -72,6 +72,19 @@ async def main(agent_id: str, mesh: str, seed: str, name: str) -> None:
         def accept(h: zmesh.Handoff) -> bool:
             return True
 
+        log_path = os.environ.get("ZMESH_TEST_LOG")
+
+        @me.on("note")
+        async def note(msg: zmesh.Message) -> None:
+            """Append the payload to $ZMESH_TEST_LOG, one line per handling (it outlives a SIGKILL)."""
+            await asyncio.sleep(0.002)  # a handler that takes a moment: some notes are always in flight
+            if log_path:
+                fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+                try:
+                    os.write(fd, f"{msg.payload}\n".encode())
+                finally:
+                    os.close(fd)
+
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)

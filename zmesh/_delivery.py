@@ -153,7 +153,7 @@ class Delivery:
                     result = result.payload
                 self._dispatch.reply(msg, "ok", result)
         elif msg.qos and not entry.broadcast:
-            self._engine.handled(entry.origin, msg)
+            self._dispatch.handled(entry.origin, msg)
         self._release(agent.id)
 
     def _handler_failed(self, exc: BaseException, extra: tuple[Agent, Entry]) -> None:
@@ -174,7 +174,7 @@ class Delivery:
     def _settled(self, entry: Entry) -> None:
         """A one-way qos >= 1 message is done with here: acknowledge it."""
         if entry.msg.qos and not entry.request and not entry.broadcast:
-            self._engine.handled(entry.origin, entry.msg)
+            self._dispatch.handled(entry.origin, entry.msg)
 
     def _undeliverable(self, entry: Entry, reason: str, why: str, target: str) -> None:
         """Dead-letter ``entry``'s message here, and tell its requester (if any) why.

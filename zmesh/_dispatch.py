@@ -242,6 +242,12 @@ class Dispatch:
         if not self._driver.in_drain:  # a drain sends when it ends
             self._driver.pump()
 
+    def handled(self, origin: str, msg: Message) -> None:
+        """A one-way qos >= 1 message's handler finished: acknowledge it."""
+        self._engine.handled(origin, msg)
+        if not self._driver.in_drain:  # a drain sends when it ends
+            self._driver.pump()
+
     def broadcast(self, msg: Message) -> int:
         started = self._clock.monotonic()
         reached = self._engine.broadcast(msg)

@@ -256,8 +256,8 @@ class Reliable:
         seen[msg.id] = reply
         if reply:
             self._reply_bytes += len(reply)
-            if self._reply_bytes > REPLY_CACHE_BYTES:
-                self._evict()
+        if self._reply_bytes > REPLY_CACHE_BYTES or len(seen) > DEDUP_WINDOW:
+            self._evict()
         if msg.qos >= 2 and self.store is not None:
             self.store.put_seen(msg.id)
         if not reply:
