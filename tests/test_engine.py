@@ -151,6 +151,19 @@ def test_a_broken_link_removes_its_peer_at_once_and_knocks_on_it_again() -> None
     assert rejoined is not None and rejoined <= 5.0 + knock.interval + 2 * HEARTBEAT
 
 
+def test_messages_queued_for_a_peer_that_breaks_away_are_counted_and_dead_lettered() -> None:
+    net = pair()
+    a = net.engines["a"]
+    a.hold = True  # a flush is due: what is sent now waits in the outbox
+    a.send(Message(sender="a1", target="b1", topic="work.note", payload=1))
+    a.send(Message(sender="a1", target="b1", topic="work.note", payload=2, qos=1))  # sent again later
+    a.link_down(a.members.peers["b"].link, net.now)
+    dead = [e for e in a.take_effects() if e[0] == fx.DEAD]
+    assert [(d[1].payload, d[2]) for d in dead] == [(1, "peer_lost")]
+    assert a.dropped["peer_gone"] == 1
+    assert a.reliable.unacked == 1
+
+
 # -- 3. healing after a cut ----------------------------------------------------
 
 

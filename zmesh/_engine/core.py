@@ -23,7 +23,7 @@ from typing import Any
 import msgpack
 
 from .. import codec
-from ..errors import InvalidMessage, NodeClosed, ZmeshError
+from ..errors import FrameError, InvalidMessage, NodeClosed, ZmeshError
 from ..message import Message
 from ..registry import NodeRecord, Registry
 from . import inbound
@@ -282,7 +282,26 @@ class Engine:
         return bool(self._outbox or self._pub_items or self.reliable.acks)
 
     def discard_outbox(self, node_id: str) -> None:
-        self._outbox.pop(node_id, None)
+        """The peer left with items still queued for it: what was a message is
+        counted and dead-lettered (a pending request fails on its own, a qos
+        >= 1 message is sent again)."""
+        box = self._outbox.pop(node_id, None)
+        if box is not None:
+            self._lost_items(node_id, box[0])
+
+    def _lost_items(self, node_id: str, items: list[bytes]) -> None:
+        for item in items:
+            if item[1:2] != b"\x00":  # not a MSG ([0, ...]): control items die with the peer
+                continue
+            try:
+                msg = codec.message_from_item(codec.decode_item(item))
+            except FrameError:
+                continue
+            if msg.qos or msg.expects_reply:
+                continue
+            self.dropped["peer_gone"] += 1
+            why = f"node {node_id!r} left before it was sent"
+            self.effects.append((DEAD, msg, "peer_lost", why, msg.target))
 
     def publish(self, item: bytes) -> None:
         if self._pub_size + len(item) > BATCH_BYTES and self._pub_items:
@@ -326,6 +345,7 @@ class Engine:
         peer = self.members.peers.get(node_id)
         if peer is None:
             self.stats["items_to_departed_peers"] += len(items)
+            self._lost_items(node_id, items)
             return
         self.effects.append((SEND, peer.link, frame))
         self.stats["frames_sent"] += 1
