@@ -30,7 +30,9 @@ REGISTRY: dict[str, str] = {
 }
 
 #: Systems run when ``--systems`` is not given (the others run only by name).
-DEFAULT: tuple[str, ...] = ("zmesh", "zmesh-inproc", "zmq", "zmq-batch32", "nats", "mqtt", "redis")
+DEFAULT: tuple[str, ...] = (
+    "zmesh", "zmesh-qos1", "zmesh-inproc", "zmq", "zmq-batch32", "nats", "jetstream", "mqtt", "mqtt-qos1", "redis",
+)  # fmt: skip
 
 #: The system the table's ratios are relative to.
 BASELINE = "zmq"
