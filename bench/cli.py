@@ -204,12 +204,14 @@ def _run_interleaved(
     repeat runs every system once (the start rotating) before the next repeat,
     so a drift in the machine's load touches every system alike."""
     ready: list[tuple[System, SystemResult, list[str]]] = []
+    started: list[System] = []  # every system whose setup() was called, even if it failed
     try:  # teardown runs whatever happens, Ctrl-C included
         for system, res, todo in plan:
             try:
+                started.append(system)
                 system.setup()
-                ready.append((system, res, todo))  # setup may have started something: tear it down too
                 res.versions = system.versions()
+                ready.append((system, res, todo))
             except Exception as exc:  # noqa: BLE001 - a server that will not start fails its workloads only
                 for w in todo:
                     res.errors[w] = f"setup failed: {exc}"
@@ -243,7 +245,7 @@ def _run_interleaved(
             for _, res in members:
                 _record(res, w, values[res.key])
     finally:
-        for system, _, _ in reversed(ready):
+        for system in reversed(started):
             system.teardown()
 
 
