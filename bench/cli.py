@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from .envelope import encode
-from .report import SystemResult, ratios, table, write_chart, write_json
+from .report import SystemResult, fill_spread, ratios, table, write_chart, write_json
 from .systems import BASELINE, DEFAULT, REGISTRY, load_class
+from .roles import PACE_EVERY
 from .systems.base import WORKLOADS, Sizes, System
 from .targets import evaluate, format_targets, format_vs
 
@@ -161,27 +162,17 @@ def _median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
-def _run_workload(
-    run: Callable[[], Any], workload: str, res: SystemResult, repeat: int, progress: Progress
-) -> None:
-    what = f"{res.key} {workload}"
-    values: list[Any] = []
-    t = time.monotonic()
-    for i in range(repeat):
-        progress.start(what if repeat == 1 else f"{what} {i + 1}/{repeat}")
-        try:
-            value = run()
-        except Exception as exc:  # noqa: BLE001 - one failed run is reported, the bench goes on
-            res.errors[workload] = f"{type(exc).__name__}: {exc}"[:500]
-            progress.finish(what, "error")
-            progress.skip(repeat - i - 1)
-            break
-        progress.finish(what, _fmt(workload, value))
-        if value is None:
-            progress.skip(repeat - i - 1)
-            break
-        values.append(value)
-    res.seconds[workload] = round(time.monotonic() - t, 2)
+def _runner(system: System, workload: str, sizes: Sizes) -> Callable[[], Any]:
+    """One run of *workload* on *system*."""
+    if workload == "throughput":
+        return lambda: system.throughput(sizes.throughput_n)
+    if workload == "rtt":
+        return lambda: system.rtt(sizes.rtt_n)
+    return lambda: system.fanout(sizes.fanout_n, sizes.subscribers)
+
+
+def _record(res: SystemResult, workload: str, values: list[Any]) -> None:
+    """Store every repeat's value and the medians of one workload."""
     if not values or workload in res.errors:
         return
     res.runs[workload] = [list(v) if isinstance(v, tuple) else v for v in values]
@@ -192,30 +183,70 @@ def _run_workload(
         res.throughput_msgs_per_s = _median(values)
     elif workload == "fanout":
         res.fanout_deliveries_per_s = _median(values)
+    fill_spread(res)
 
 
-def _run_system(
-    system: System, res: SystemResult, workloads: list[str], sizes: Sizes, progress: Progress
+def rotation(members: Sequence[Any], i: int) -> list[Any]:
+    """Repeat *i*'s order: every member once, starting at member ``i % len``."""
+    if not members:
+        return []
+    k = i % len(members)
+    return [*members[k:], *members[:k]]
+
+
+def _run_interleaved(
+    plan: list[tuple[System, SystemResult, list[str]]],
+    workloads: list[str],
+    sizes: Sizes,
+    progress: Progress,
 ) -> None:
-    runs: dict[str, Callable[[], Any]] = {
-        "throughput": lambda: system.throughput(sizes.throughput_n),
-        "rtt": lambda: system.rtt(sizes.rtt_n),
-        "fanout": lambda: system.fanout(sizes.fanout_n, sizes.subscribers),
-    }
+    """Every system's server up for the whole run; then, per workload, each
+    repeat runs every system once (the start rotating) before the next repeat,
+    so a drift in the machine's load touches every system alike."""
+    ready: list[tuple[System, SystemResult, list[str]]] = []
+    started: list[System] = []  # every system whose setup() was called, even if it failed
     try:  # teardown runs whatever happens, Ctrl-C included
-        try:
-            system.setup()
-            res.versions = system.versions()
-        except Exception as exc:  # noqa: BLE001 - a server that will not start fails its workloads only
-            for w in workloads:
-                res.errors[w] = f"setup failed: {exc}"
-            progress.skip(len(workloads) * sizes.repeat)
-            progress.note(f"{system.key}: setup failed: {exc}")
-            return
+        for system, res, todo in plan:
+            try:
+                started.append(system)
+                system.setup()
+                res.versions = system.versions()
+                ready.append((system, res, todo))
+            except Exception as exc:  # noqa: BLE001 - a server that will not start fails its workloads only
+                for w in todo:
+                    res.errors[w] = f"setup failed: {exc}"
+                progress.skip(len(todo) * sizes.repeat)
+                progress.note(f"{system.key}: setup failed: {exc}")
         for w in workloads:
-            _run_workload(runs[w], w, res, sizes.repeat, progress)
+            members = [(system, res) for system, res, todo in ready if w in todo and w not in res.errors]
+            values: dict[str, list[Any]] = {res.key: [] for _, res in members}
+            done: set[str] = set()  # failed or not applicable: no more repeats
+            for i in range(sizes.repeat):
+                for system, res in rotation(members, i):
+                    if res.key in done:
+                        continue
+                    what = f"{res.key} {w}"
+                    progress.start(what if sizes.repeat == 1 else f"{what} {i + 1}/{sizes.repeat}")
+                    t = time.monotonic()
+                    try:
+                        value = _runner(system, w, sizes)()
+                    except Exception as exc:  # noqa: BLE001 - one failed run is reported, the bench goes on
+                        res.errors[w] = f"{type(exc).__name__}: {exc}"[:500]
+                        value, outcome = None, "error"
+                    else:
+                        outcome = _fmt(w, value)
+                    res.seconds[w] = round(res.seconds.get(w, 0.0) + time.monotonic() - t, 2)
+                    progress.finish(what, outcome)
+                    if value is None:
+                        done.add(res.key)
+                        progress.skip(sizes.repeat - i - 1)
+                        continue
+                    values[res.key].append(value)
+            for _, res in members:
+                _record(res, w, values[res.key])
     finally:
-        system.teardown()
+        for system in reversed(started):
+            system.teardown()
 
 
 def _loadavg() -> float | None:
@@ -353,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"bench ({mode}): one-way n={sizes.throughput_n:,}, RTT n={sizes.rtt_n:,}, "
         f"fan-out n={sizes.fanout_n:,} x {sizes.subscribers} subscribers; envelope {len(encode(0))} bytes; "
-        f"median of {sizes.repeat} run(s) each",
+        f"median of {sizes.repeat} run(s) each, interleaved",
         file=sys.stderr,
     )
     load_before = _loadavg()
@@ -366,8 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = Progress(sum(len(w) for _, _, w in plan) * sizes.repeat)
     interrupted = False
     try:
-        for system, res, todo in plan:
-            _run_system(system, res, todo, sizes, progress)
+        _run_interleaved(plan, workloads, sizes, progress)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -403,7 +433,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "loadavg_1min_before": load_before,
         "loadavg_1min_after": _loadavg(),
         "repeat": sizes.repeat,
-        "aggregate": "median over repeats (RTT: median of the p50s and of the p99s)",
+        "aggregate": "median over repeats (RTT: median of the p50s and of the p99s); spread = min..max",
+        "order": "per workload, each repeat runs every system once, the first one rotating; "
+        "servers stay up for the whole run",
+        "pace_every": PACE_EVERY,
         "method": {
             "throughput": "sender clock before its first measured envelope -> receiver clock at its n-th "
             "(CLOCK_MONOTONIC, same host); after a warm-up the receiver counts and discards",

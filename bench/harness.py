@@ -274,7 +274,9 @@ def run_stream(
     """One sender, *sinks* receivers, n data envelopes each receiver must get.
 
     Elapsed time runs from the sender's clock just before its first data
-    envelope to the last receiver's clock at its n-th data envelope.
+    envelope to the last receiver's clock at its n-th data envelope, or to
+    the sender's clock when every message it sent was acknowledged
+    (``t_acked``, QoS 1 senders), whichever is later.
     """
     deadline = Deadline(timeout + _GRACE)  # peers give up first and report what they have
     common = dict(args, n=n, warmup=warmup, timeout=timeout)
@@ -286,12 +288,15 @@ def run_stream(
         for p in rx:
             p.expect("WARM", deadline)
         tx.send("GO")
-        t0 = float(tx.expect("RESULT", deadline)["t0"])
+        sent = tx.expect("RESULT", deadline)
+        t0 = float(sent["t0"])
         results = [p.expect("RESULT", deadline) for p in rx]
     short = [r["count"] for r in results if r["count"] < n or r["t_last"] is None]
     if short:
         raise PeerFailed(f"receivers got {short} of {n} data envelopes")
     t_end = max(float(r["t_last"]) for r in results)
+    if sent.get("t_acked") is not None:
+        t_end = max(t_end, float(sent["t_acked"]))
     return StreamOutcome(delivered=n * sinks, elapsed=t_end - t0)
 
 

@@ -7,7 +7,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SystemResult", "ratios", "table", "write_chart", "write_json"]
+__all__ = ["METRICS", "SystemResult", "fill_spread", "metric_values", "ratios", "spread", "table", "write_chart", "write_json"]
+
+#: metric -> (workload, index into an RTT run's (p50, p99) or None)
+METRICS: dict[str, tuple[str, int | None]] = {
+    "throughput": ("throughput", None),
+    "rtt_p50": ("rtt", 0),
+    "rtt_p99": ("rtt", 1),
+    "fanout": ("fanout", None),
+}
 
 
 @dataclass
@@ -26,6 +34,28 @@ class SystemResult:
     errors: dict[str, str] = field(default_factory=dict)  # workload -> error text
     seconds: dict[str, float] = field(default_factory=dict)  # workload -> wall time of all its runs
     runs: dict[str, list[Any]] = field(default_factory=dict)  # workload -> every repeat's value
+    spread: dict[str, list[float]] = field(default_factory=dict)  # metric -> [min, max] over the repeats
+
+
+def metric_values(r: SystemResult, metric: str) -> list[float]:
+    """Every repeat's value of *metric* (``throughput``, ``rtt_p50``, ``rtt_p99``, ``fanout``)."""
+    workload, index = METRICS[metric]
+    runs = r.runs.get(workload) or []
+    return [float(v[index]) if index is not None else float(v) for v in runs]
+
+
+def spread(r: SystemResult, metric: str) -> tuple[float, float] | None:
+    """``(min, max)`` of *metric* over the repeats, or None if it has no value."""
+    values = metric_values(r, metric)
+    return (min(values), max(values)) if values else None
+
+
+def fill_spread(r: SystemResult) -> None:
+    """Store every metric's ``[min, max]`` in ``r.spread`` (results.json)."""
+    for metric in METRICS:
+        sp = spread(r, metric)
+        if sp is not None:
+            r.spread[metric] = [sp[0], sp[1]]
 
 
 def ratios(results: list[SystemResult], baseline: str) -> dict[str, dict[str, float | None]]:
@@ -57,28 +87,39 @@ def _ratio(v: float | None) -> str:
     return "" if v is None else f"{v:.2f}x"
 
 
+def _pm(r: SystemResult, metric: str, median: float | None) -> str:
+    """Half the min..max range as a percentage of the median: ``±4%``."""
+    sp = spread(r, metric)
+    if sp is None or not median or len(metric_values(r, metric)) < 2:
+        return ""
+    return f"±{50.0 * (sp[1] - sp[0]) / median:.0f}%"
+
+
 def table(results: list[SystemResult], baseline: str, subscribers: int) -> str:
     """The comparison table, one row per system, plus notes and errors under it."""
     rat = ratios(results, baseline)
     head = [
-        "system", "one-way msg/s", f"vs {baseline}", "RTT p50 us", "RTT p99 us", f"vs {baseline}",
-        f"fan-out x{subscribers} deliv/s", f"vs {baseline}",
+        "system", "one-way msg/s", "±", f"vs {baseline}", "RTT p50 us", "±", "RTT p99 us", f"vs {baseline}",
+        f"fan-out x{subscribers} deliv/s", "±", f"vs {baseline}",
     ]  # fmt: skip
     rows: list[list[str]] = []
     for r in results:
         if r.skipped:
-            rows.append([r.label, "skipped", "", "", "", "", "", ""])
+            rows.append([r.label, "skipped", *[""] * (len(head) - 2)])
             continue
         q = rat[r.key]
         rows.append(
             [
                 r.label,
                 _num(r.throughput_msgs_per_s, r.errors.get("throughput")),
+                _pm(r, "throughput", r.throughput_msgs_per_s),
                 _ratio(q["throughput"]),
                 _num(r.rtt_p50_us, r.errors.get("rtt"), 1),
+                _pm(r, "rtt_p50", r.rtt_p50_us),
                 _num(r.rtt_p99_us, r.errors.get("rtt"), 1),
                 _ratio(q["rtt_p50"]),
                 _num(r.fanout_deliveries_per_s, r.errors.get("fanout")),
+                _pm(r, "fanout", r.fanout_deliveries_per_s),
                 _ratio(q["fanout"]),
             ]
         )
@@ -93,7 +134,8 @@ def table(results: list[SystemResult], baseline: str, subscribers: int) -> str:
         out.append(f"no ratios: {baseline} is not in this run.")
     out.append(
         f"vs {baseline}: throughput columns are multiples of {baseline}'s rate (>1 = faster); "
-        f"the RTT column is p50 / {baseline}'s p50 (>1 = slower). '-' = not applicable."
+        f"the RTT column is p50 / {baseline}'s p50 (>1 = slower). '-' = not applicable. "
+        "± = half the min..max range of the repeats, as % of the median."
     )
     for r in results:
         if r.skipped:

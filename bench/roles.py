@@ -19,6 +19,7 @@ from .control import Control
 from .envelope import decode, encode, encode_batch, encode_with_id
 
 __all__ = [
+    "PACE_EVERY",
     "SinkCounter",
     "make_reply",
     "percentile",
@@ -34,6 +35,13 @@ WARMUP_BURST = 32
 WARMUP_PAUSE = 0.002
 #: How often (in messages) the data loop looks at its deadline and STOP.
 CHECK_EVERY = 4096
+#: Every asyncio sender pauses (``await asyncio.sleep(0)``) after this many
+#: data messages, the same cadence for every system: a client whose send
+#: coroutine never suspends (zmesh) or only buffers (nats-py, whose flusher
+#: task would otherwise hold up to 2 MiB before its first write) gets its
+#: event loop a turn to write, read acks and run heartbeats. The pause is
+#: inside the timed phase for every system alike.
+PACE_EVERY = 1000
 
 
 class SinkCounter:
@@ -83,13 +91,17 @@ def run_source(
     ctl: Control,
     batch: int = 1,
     flush: Callable[[], None] | None = None,
+    drain: Callable[[], None] | None = None,
 ) -> None:
     """Warm up until GO, then send n data envelopes as fast as *send* allows.
 
     With ``batch > 1`` each frame holds *batch* envelopes (n is rounded up
     to whole frames by the orchestrator). *flush*, if given, is called after
     each warm-up burst and after the last data envelope (for clients that
-    buffer, e.g. a Redis pipeline).
+    buffer, e.g. a Redis pipeline). *drain*, if given (QoS 1 senders), is
+    called after the last data envelope and must return once every message
+    sent is acknowledged (bounded by the deadline); its end is reported as
+    ``t_acked`` and the harness counts the run until then.
     """
     seq = 0
     while not ctl.go.is_set():
@@ -115,11 +127,25 @@ def run_source(
                 break
     if flush is not None:
         flush()
-    ctl.result({"t0": t0, "t_sent": time.monotonic()})
+    t_sent = time.monotonic()
+    out: dict[str, Any] = {"t0": t0, "t_sent": t_sent}
+    if drain is not None:
+        drain()
+        out["t_acked"] = time.monotonic()
+    ctl.result(out)
 
 
-async def run_source_async(send: Callable[[bytes], Awaitable[None]], n: int, ctl: Control) -> None:
-    """:func:`run_source` for asyncio clients (one envelope per message)."""
+async def run_source_async(
+    send: Callable[[bytes], Awaitable[None]],
+    n: int,
+    ctl: Control,
+    drain: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """:func:`run_source` for asyncio clients (one envelope per message).
+
+    The data loop pauses (``await asyncio.sleep(0)``) after every
+    :data:`PACE_EVERY` messages: one cadence for every asyncio system.
+    """
     import asyncio
 
     seq = 0
@@ -134,11 +160,18 @@ async def run_source_async(send: Callable[[bytes], Awaitable[None]], n: int, ctl
     t0 = time.monotonic()
     for i in range(n):
         await send(encode(i, "data"))
+        if i % PACE_EVERY == PACE_EVERY - 1:
+            await asyncio.sleep(0)
         if i % CHECK_EVERY == 0:
             ctl.deadline.check("sending")
             if ctl.stop.is_set():
                 break
-    ctl.result({"t0": t0, "t_sent": time.monotonic()})
+    t_sent = time.monotonic()
+    out: dict[str, Any] = {"t0": t0, "t_sent": t_sent}
+    if drain is not None:
+        await drain()
+        out["t_acked"] = time.monotonic()
+    ctl.result(out)
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

@@ -6,21 +6,41 @@ Targets (zmesh over ZeroMQ, the ``zmesh`` row):
 * RTT p50 below every broker in the run, and <= 1.5 x raw pyzmq;
 * fan-out deliveries/s >= NATS.
 
-A target whose reference system did not run (or failed) is ``n/a``.
+QoS 1 targets (the ``zmesh-qos1`` row, when it is in the run):
+
+* one-way throughput >= 2 x MQTT QoS 1 (mosquitto), and >= NATS JetStream;
+* RTT p50 <= 0.5 x MQTT QoS 1's (twice as fast), and <= JetStream's.
+
+Verdicts: the ratio shown is the ratio of the medians. The ratio's range
+over the repeats runs from (subject's worst / reference's best) to
+(subject's best / reference's worst), i.e. it covers every pairing of the
+two systems' min..max ranges. A target is ``met`` when the whole range is on
+the right side of the bound, ``MISSED`` when the whole range is on the wrong
+side, and ``inconclusive`` when the bound lies inside it (the measured spread
+cannot tell). With one repeat the range is the single ratio. A target whose
+reference system did not run (or failed) is ``n/a``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .report import SystemResult, ratios
+from .report import SystemResult, ratios, spread
 
-__all__ = ["BROKERS", "SUBJECT", "evaluate", "format_targets", "format_vs"]
+__all__ = ["BROKERS", "QOS1_SUBJECT", "SUBJECT", "evaluate", "format_targets", "format_vs", "judge"]
 
 #: The row the targets are about.
 SUBJECT = "zmesh"
+#: The row the QoS 1 targets are about.
+QOS1_SUBJECT = "zmesh-qos1"
 #: Systems that route through a broker process.
 BROKERS = ("nats", "mqtt", "redis", "redis-plain")
+
+_ATTR = {
+    "throughput": "throughput_msgs_per_s",
+    "rtt_p50": "rtt_p50_us",
+    "fanout": "fanout_deliveries_per_s",
+}
 
 
 def _get(results: list[SystemResult], key: str) -> SystemResult | None:
@@ -31,46 +51,135 @@ def _div(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def compare(
+    me: SystemResult | None, ref: SystemResult | None, metric: str
+) -> tuple[float | None, tuple[float, float] | None]:
+    """(ratio of the medians, (lowest, highest) ratio over the two systems' min..max ranges)."""
+    if me is None or ref is None:
+        return None, None
+    ratio = _div(getattr(me, _ATTR[metric]), getattr(ref, _ATTR[metric]))
+    a, b = spread(me, metric), spread(ref, metric)
+    if ratio is None or a is None or b is None or b[0] <= 0:
+        return ratio, None if ratio is None else (ratio, ratio)
+    return ratio, (a[0] / b[1], a[1] / b[0])
+
+
+def judge(
+    ratio: float | None,
+    span: tuple[float, float] | None,
+    bound: float,
+    higher_is_better: bool,
+    strict: bool = False,
+) -> str:
+    """``met``, ``missed``, ``inconclusive`` (the bound lies inside *span*) or ``n/a``."""
+    if ratio is None:
+        return "n/a"
+    lo, hi = span if span is not None else (ratio, ratio)
+
+    def ok(x: float) -> bool:
+        if higher_is_better:
+            return x > bound if strict else x >= bound
+        return x < bound if strict else x <= bound
+
+    worst, best = (lo, hi) if higher_is_better else (hi, lo)
+    if ok(worst):
+        return "met"
+    if not ok(best):
+        return "missed"
+    return "inconclusive"
+
+
+_MET = {"met": True, "missed": False, "inconclusive": None, "n/a": None}
+
+
+def _entry(subject: str, target: str, ratio: float | None, span: tuple[float, float] | None, bound: float,
+           verdict: str, detail: str = "") -> dict[str, Any]:  # fmt: skip
+    return {
+        "subject": subject,
+        "target": target,
+        "ratio": ratio,
+        "ratio_range": list(span) if span is not None else None,
+        "bound": bound,
+        "verdict": verdict,
+        "met": _MET[verdict],  # True / False; None = inconclusive or n/a (see "verdict")
+        "detail": detail,
+    }
+
+
+def _target(out: list[dict[str, Any]], subject: str, me: SystemResult | None, ref: SystemResult | None,
+            metric: str, target: str, bound: float, higher_is_better: bool,
+            strict: bool = False) -> None:  # fmt: skip
+    ratio, span = compare(me, ref, metric)
+    out.append(_entry(subject, target, ratio, span, bound, judge(ratio, span, bound, higher_is_better, strict)))
+
+
 def evaluate(results: list[SystemResult], subject: str = SUBJECT) -> list[dict[str, Any]]:
-    """Each target: what it says, the measured ratio, the bound, and met (True/False/None = n/a)."""
+    """Each target: what it says, the measured ratio and its range, the bound, the verdict
+    (``met``/``missed``/``inconclusive``/``n/a``) and met (True/False/None)."""
     me = _get(results, subject)
     nats = _get(results, "nats")
     zmq = _get(results, "zmq")
     out: list[dict[str, Any]] = []
-
-    def add(target: str, ratio: float | None, bound: float, higher_is_better: bool, detail: str = "",
-            strict: bool = False) -> None:  # fmt: skip
-        met: bool | None = None
-        if ratio is not None:
-            if higher_is_better:
-                met = ratio > bound if strict else ratio >= bound
-            else:
-                met = ratio < bound if strict else ratio <= bound
-        out.append({"target": target, "ratio": ratio, "bound": bound, "met": met, "detail": detail})
-
-    tp = me.throughput_msgs_per_s if me else None
-    p50 = me.rtt_p50_us if me else None
-    fan = me.fanout_deliveries_per_s if me else None
-    add("one-way >= NATS", _div(tp, nats.throughput_msgs_per_s if nats else None), 1.0, True)
-    add("one-way >= 0.6 x raw pyzmq", _div(tp, zmq.throughput_msgs_per_s if zmq else None), 0.6, True)
+    _target(out, subject, me, nats, "throughput", "one-way >= NATS", 1.0, True)
+    _target(out, subject, me, zmq, "throughput", "one-way >= 0.6 x raw pyzmq", 0.6, True)
     brokers = [b for b in (_get(results, k) for k in BROKERS) if b is not None and b.rtt_p50_us]
-    per = {b.key: _div(p50, b.rtt_p50_us) for b in brokers}
-    worst = max((v for v in per.values() if v is not None), default=None)
-    detail = ", ".join(f"{k} {v:.2f}x" for k, v in per.items() if v is not None)
-    add("RTT p50 below every broker (worst ratio)", worst, 1.0, False, detail, strict=True)
-    add("RTT p50 <= 1.5 x raw pyzmq", _div(p50, zmq.rtt_p50_us if zmq else None), 1.5, False)
-    add("fan-out >= NATS", _div(fan, nats.fanout_deliveries_per_s if nats else None), 1.0, True)
+    per = {b.key: compare(me, b, "rtt_p50") for b in brokers}
+    verdicts = {k: judge(r, sp, 1.0, False, strict=True) for k, (r, sp) in per.items() if r is not None}
+    worst_key = max(verdicts, key=lambda k: per[k][0] or 0.0, default=None)
+    if worst_key is None:
+        verdict = "n/a"
+    elif "missed" in verdicts.values():
+        verdict = "missed"
+    elif "inconclusive" in verdicts.values():
+        verdict = "inconclusive"
+    else:
+        verdict = "met"
+    detail = ", ".join(f"{k} {per[k][0]:.2f}x {v}" for k, v in verdicts.items())
+    worst_ratio, worst_span = per[worst_key] if worst_key is not None else (None, None)
+    out.append(_entry(subject, "RTT p50 below every broker (worst ratio)", worst_ratio, worst_span, 1.0,
+                      verdict, detail))  # fmt: skip
+    _target(out, subject, me, zmq, "rtt_p50", "RTT p50 <= 1.5 x raw pyzmq", 1.5, False)
+    _target(out, subject, me, nats, "fanout", "fan-out >= NATS", 1.0, True)
+    if any(r.key == QOS1_SUBJECT for r in results):
+        q1 = _get(results, QOS1_SUBJECT)
+        mqtt1 = _get(results, "mqtt-qos1")
+        js = _get(results, "jetstream")
+        s = QOS1_SUBJECT
+        _target(out, s, q1, mqtt1, "throughput", "QoS 1 one-way >= 2 x MQTT QoS 1", 2.0, True)
+        _target(out, s, q1, js, "throughput", "QoS 1 one-way >= JetStream", 1.0, True)
+        _target(out, s, q1, mqtt1, "rtt_p50", "QoS 1 RTT p50 <= 0.5 x MQTT QoS 1", 0.5, False)
+        _target(out, s, q1, js, "rtt_p50", "QoS 1 RTT p50 <= JetStream", 1.0, False)
     return out
 
 
+_VERDICT = {
+    "met": "met",
+    "missed": "MISSED",
+    "inconclusive": "inconclusive (the bound lies within the measured spread)",
+    "n/a": "n/a (no number for zmesh or the reference)",
+}
+
+
 def format_targets(targets: list[dict[str, Any]], subject_label: str = "zmesh (zmq)") -> str:
-    lines = [f"targets ({subject_label}; ratio = zmesh / reference, RTT >1 = slower):"]
+    labels = {SUBJECT: subject_label, QOS1_SUBJECT: "zmesh qos=1"}
     width = max(len(t["target"]) for t in targets)
-    for t in targets:
-        ratio = "n/a" if t["ratio"] is None else f"{t['ratio']:.2f}x"
-        verdict = {True: "met", False: "MISSED", None: "n/a (no number for zmesh or the reference)"}[t["met"]]
-        detail = f"  ({t['detail']})" if t["detail"] else ""
-        lines.append(f"  {t['target'].ljust(width)}  {ratio:>7}  {verdict}{detail}")
+    lines: list[str] = []
+    for subject in dict.fromkeys(t.get("subject", SUBJECT) for t in targets):
+        if lines:
+            lines.append("")
+        label = labels.get(subject, subject)
+        lines.append(
+            f"targets ({label}; ratio = {subject} / reference, median [min..max over the repeats], "
+            "RTT >1 = slower):"
+        )
+        for t in targets:
+            if t.get("subject", SUBJECT) != subject:
+                continue
+            ratio = "n/a" if t["ratio"] is None else f"{t['ratio']:.2f}x"
+            span = t.get("ratio_range")
+            rng = f"[{span[0]:.2f}..{span[1]:.2f}]" if span and span[0] != span[1] else ""
+            detail = f"  ({t['detail']})" if t["detail"] else ""
+            lines.append(f"  {t['target'].ljust(width)}  {ratio:>7} {rng:>14}  {_VERDICT[t['verdict']]}{detail}")
     return "\n".join(lines)
 
 

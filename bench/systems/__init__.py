@@ -17,17 +17,22 @@ __all__ = ["BASELINE", "DEFAULT", "REGISTRY", "load_class", "load_module"]
 
 REGISTRY: dict[str, str] = {
     "zmesh": "bench.systems.zmesh_mesh:ZmeshMesh",
+    "zmesh-qos1": "bench.systems.zmesh_mesh:ZmeshQos1",
     "zmesh-inproc": "bench.systems.zmesh_inproc:ZmeshInproc",
     "zmq": "bench.systems.raw_zmq:RawZmq",
     "zmq-batch32": "bench.systems.raw_zmq:RawZmqBatch",
     "nats": "bench.systems.nats:Nats",
     "mqtt": "bench.systems.mqtt:Mqtt",
+    "mqtt-qos1": "bench.systems.mqtt:MqttQos1",
+    "jetstream": "bench.systems.jetstream:JetStream",
     "redis": "bench.systems.redis_pubsub:RedisPubSub",
     "redis-plain": "bench.systems.redis_pubsub:RedisPubSubPlain",
 }
 
 #: Systems run when ``--systems`` is not given (the others run only by name).
-DEFAULT: tuple[str, ...] = ("zmesh", "zmesh-inproc", "zmq", "zmq-batch32", "nats", "mqtt", "redis")
+DEFAULT: tuple[str, ...] = (
+    "zmesh", "zmesh-qos1", "zmesh-inproc", "zmq", "zmq-batch32", "nats", "jetstream", "mqtt", "mqtt-qos1", "redis",
+)  # fmt: skip
 
 #: The system the table's ratios are relative to.
 BASELINE = "zmq"

@@ -27,14 +27,15 @@ from typing import Any, ClassVar
 from ..control import BenchTimeout, Control
 from ..envelope import decode
 from ..harness import HOST
-from ..roles import SinkCounter, make_reply, run_rtt_client_async, run_source_async
+from ..roles import PACE_EVERY, SinkCounter, make_reply, run_rtt_client_async, run_source_async
 from .base import PeerSystem, module_available
 
-__all__ = ["ZmeshMesh", "local_env", "node_kwargs", "peer"]
+__all__ = ["ZmeshMesh", "ZmeshQos1", "local_env", "node_kwargs", "peer"]
 
-#: The zmesh send coroutine never suspends: give the event loop a turn every
-#: this many messages so flushes, drains and heartbeats run.
-YIELD_EVERY = 1000
+#: The zmesh send coroutine never suspends: the event loop gets a turn every
+#: this many messages so flushes, drains and heartbeats run. It is the shared
+#: cadence of every asyncio sender (``roles.PACE_EVERY``), not zmesh's own.
+YIELD_EVERY = PACE_EVERY
 #: Topic of the fan-out workload.
 FANOUT_TOPIC = "bench.fanout"
 #: Topic of the direct (one-way and RTT) workloads.
@@ -113,9 +114,39 @@ class ZmeshMesh(PeerSystem):
     def versions(self) -> dict[str, str]:
         return zmesh_versions()
 
+    #: QoS of every message the bench sends (``agent.send(..., qos=...)``).
+    qos: ClassVar[int] = 0
+
     def peer_args(self, workload: str) -> dict[str, Any]:
         # A fresh mesh name per run: nodes of an earlier run can never join this one.
-        return {"workload": workload, "mesh": f"bench-{workload}-{uuid.uuid4().hex[:8]}"}
+        return {"workload": workload, "mesh": f"bench-{workload}-{uuid.uuid4().hex[:8]}", "qos": self.qos}
+
+
+class ZmeshQos1(ZmeshMesh):
+    """zmesh with ``qos=1`` on every send and request.
+
+    The source's one-way run ends when ``node.wait_acked()`` returns (every
+    QoS 1 message acknowledged by the receiver, after its handler) or the
+    sink's n-th envelope, whichever is later. On a zmesh without
+    ``Node.wait_acked`` (before QoS 1 semantics landed) the wait is skipped,
+    the run ends at the sink's n-th envelope, and ``versions()`` records
+    ``wait_acked: absent``.
+    """
+
+    key: ClassVar[str] = "zmesh-qos1"
+    label: ClassVar[str] = "zmesh qos=1"
+    notes: ClassVar[str] = (
+        "zmesh over tcp://127.0.0.1 with qos=1 on every send/request; one-way ends when "
+        "node.wait_acked() returns (if this zmesh has it) or at the sink's n-th envelope"
+    )
+    supports: ClassVar[frozenset[str]] = frozenset({"throughput", "rtt"})
+    qos: ClassVar[int] = 1
+
+    def versions(self) -> dict[str, str]:
+        import zmesh
+
+        has = hasattr(zmesh.Node, "wait_acked")
+        return {**zmesh_versions(), "wait_acked": "present" if has else "absent (acks not awaited)"}
 
 
 # ---------------------------------------------------------------- peer half
@@ -162,6 +193,8 @@ async def _sink(args: dict[str, Any], ctl: Control) -> None:
         ctl.ready({"endpoint": node.endpoint, "agent": agent.id})
         await until(lambda: counter.done, ctl)
         counter.report()
+        if int(args.get("qos", 0)) >= 1:
+            await until(lambda: False, ctl)  # stay up until STOP: the source waits for our acks
 
 
 async def _source(args: dict[str, Any], ctl: Control) -> None:
@@ -180,28 +213,29 @@ async def _source(args: dict[str, Any], ctl: Control) -> None:
                 f"{len(sinks)} subscribers of {FANOUT_TOPIC}",
             )
         ctl.ready()
-        sent = 0
+        qos = int(args.get("qos", 0))
+        # run_source_async pauses every PACE_EVERY messages, as for every asyncio sender
 
         if args["workload"] == "fanout":
 
             async def send(frame: bytes) -> None:
-                nonlocal sent
                 await src.broadcast(FANOUT_TOPIC, frame)
-                sent += 1
-                if sent % YIELD_EVERY == 0:
-                    await asyncio.sleep(0)
 
         else:
             target = str(sinks[0]["agent"])
 
             async def send(frame: bytes) -> None:
-                nonlocal sent
-                await src.send(target, TOPIC, frame)
-                sent += 1
-                if sent % YIELD_EVERY == 0:
-                    await asyncio.sleep(0)
+                await src.send(target, TOPIC, frame, qos=qos)
 
-        await run_source_async(send, int(args["n"]), ctl)
+        drain = None
+        wait_acked = getattr(node, "wait_acked", None)  # zmesh with QoS 1 semantics only
+        if qos >= 1 and wait_acked is not None:
+
+            async def drain() -> None:
+                if not await wait_acked(max(1.0, ctl.deadline.left())):
+                    raise BenchTimeout("node.wait_acked(): QoS 1 messages still unacknowledged")
+
+        await run_source_async(send, int(args["n"]), ctl, drain)
         await until(lambda: False, ctl)  # keep the loop (flushes, heartbeats) running until STOP
 
 
@@ -227,12 +261,13 @@ async def _client(args: dict[str, Any], ctl: Control) -> None:
 
     server: dict[str, Any] = args["server"]
     target = str(server["agent"])
+    qos = int(args.get("qos", 0))
     async with zmesh.Node(args["mesh"], name="client", **node_kwargs([str(server["endpoint"])])) as node:
         client = node.agent("client")
         await node.wait_for_agents(target, timeout=_join_timeout(ctl))
 
         async def call(frame: bytes) -> bytes:
-            reply = await client.request(target, TOPIC, frame, timeout=5)
+            reply = await client.request(target, TOPIC, frame, timeout=5, qos=qos)
             payload: bytes = reply.payload
             return payload
 
