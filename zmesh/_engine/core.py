@@ -20,8 +20,6 @@ import math
 from collections import Counter
 from typing import Any
 
-import msgpack
-
 from .. import codec
 from ..errors import InvalidMessage, NodeClosed
 from ..message import Message
@@ -83,7 +81,7 @@ class Engine:
         self._now = 0.0
         self._next_tick = math.inf
         self.earliest = math.inf  # never later than the true next deadline; may be earlier
-        self._pack = msgpack.Packer().pack  # an engine is used from one thread
+        self._pack = codec.ItemPacker()  # an engine is used from one thread
 
     # -- plumbing --------------------------------------------------------
 
