@@ -4,6 +4,7 @@ the dead letter ring and FakeClock."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import enum
 
 import msgpack
@@ -383,6 +384,26 @@ def test_record_wire_round_trip() -> None:
     assert parse_record(msgpack.unpackb(msgpack.packb(rec.to_wire()))) == rec
 
 
+def test_record_carries_the_node_limit_and_an_old_record_means_the_default() -> None:
+    rec = dataclasses.replace(_rec("n1", agents={"a": ()}), max_payload=4096)
+    wire = msgpack.unpackb(msgpack.packb(rec.to_wire()))
+    assert wire["max_payload"] == 4096 and parse_record(wire) == rec
+    del wire["max_payload"]  # a node of an earlier version
+    assert parse_record(wire).max_payload == 1 << 20
+
+
+def test_registry_floor_is_the_smallest_limit_of_its_nodes() -> None:
+    reg = Registry("n0")
+    reg.merge(_rec("n0"))
+    assert reg.floor == 1 << 20 and reg.max_payload("n0") == 1 << 20 and reg.max_payload("nx") is None
+    reg.merge(dataclasses.replace(_rec("n1", seq=1), max_payload=4096))
+    assert (reg.floor, reg.max_payload("n1")) == (4096, 4096)
+    reg.merge(dataclasses.replace(_rec("n1", seq=2), max_payload=8192))
+    assert reg.floor == 8192
+    reg.remove("n1")
+    assert reg.floor == 1 << 20
+
+
 @pytest.mark.parametrize(
     "mangle",
     [
@@ -395,6 +416,9 @@ def test_record_wire_round_trip() -> None:
         lambda w: {**w, "subs": {"ghost": ["x"]}},
         lambda w: {**w, "node": "n" * 257},
         lambda w: {**w, "router": 5},
+        lambda w: {**w, "max_payload": "1MiB"},
+        lambda w: {**w, "max_payload": 0},
+        lambda w: {**w, "max_payload": True},
     ],
 )
 def test_parse_record_rejects_malformed(mangle: object) -> None:

@@ -157,6 +157,7 @@ class Engine:
             seq=self.seq,
             agents={a: caps for a, (caps, _) in self.agents.items()},
             subs={a: subs for a, (_, subs) in self.agents.items() if subs},
+            max_payload=self.max_payload,
         )
 
     def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str]) -> None:
@@ -333,8 +334,19 @@ class Engine:
 
     # -- local commands --------------------------------------------------
 
-    def encode(self, msg: Message) -> bytes:
-        return codec.encode_message(msg, self.max_payload, self._pack)
+    def encode(self, msg: Message, route: str | None = None) -> bytes:
+        """Encode for ``route`` (None: a broadcast, for every node); InvalidMessage
+        when it is over our limit or the receiving node's."""
+        item = codec.encode_message(msg, self.max_payload, self._pack)
+        if len(item) > self.registry.floor and route != LOCAL:
+            limit = self.registry.floor if route is None else self.registry.max_payload(route)
+            if limit is None:  # joining: not in the registry yet
+                peer = self.members.peers.get(route or "")
+                limit = peer.record.max_payload if peer is not None else self.max_payload
+            if len(item) > limit:
+                whose = " of some node in the mesh" if route is None else f" of node {route!r}"
+                raise codec.too_big(msg, len(item), limit, whose)
+        return item
 
     def admit(self, target: str) -> str | None:
         """The route (outbox key) to agent ``target`` if flow control admits one
@@ -365,7 +377,7 @@ class Engine:
             route = self.route(msg.target)
             if route is None:
                 return False
-        item = self.encode(msg)
+        item = self.encode(msg, route)
         self.flow.sent(route, msg.target, len(item))
         self.enqueue(route, item)
         self.stats["messages_sent"] += 1
@@ -384,7 +396,7 @@ class Engine:
         key = (msg.reply_to, msg.correlation_id)
         if key in self.requests.pending:
             raise InvalidMessage(f"a request with correlation id {msg.correlation_id!r} is already pending")
-        item = self.encode(msg)
+        item = self.encode(msg, route)
         self.requests.add(msg, self.node_id if route == LOCAL else route, deadline)
         if deadline < self.earliest:
             self.earliest = deadline
@@ -398,14 +410,14 @@ class Engine:
 
     def reply(self, reply: Message) -> None:
         """Send a reply; dead-lettered here when its requester is gone."""
+        route = self.route(reply.target)
         try:
-            item = self.encode(reply)
+            item = self.encode(reply, route)
         except InvalidMessage as exc:
             # The handler's result cannot travel: tell the requester instead.
             reply.status = "error"
             reply.payload = {"type": "InvalidMessage", "message": str(exc)}
-            item = self.encode(reply)
-        route = self.route(reply.target)
+            item = self.encode(reply, route)
         if route is not None:
             self.enqueue(route, item)
         elif not self.members.parked.park(reply.target, item, reply):
