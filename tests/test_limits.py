@@ -141,3 +141,18 @@ async def test_one_undecodable_broadcast_in_a_publish_frame_costs_only_itself(
         assert got == [1, 3]
         await wait_for(lambda: n2.stats()["dropped"].get("malformed") == 1, what="the count")
 
+
+async def test_batches_to_a_node_with_a_small_limit_stay_under_its_frame_limit(transport: str) -> None:
+    async with Mesh(transport) as m:
+        n1 = await m.node()  # 1 MiB: batches up to 256 KiB
+        n2 = await m.node(max_payload=4096)  # takes frames up to 4 KiB + 64 KiB
+        a, b = n1.agent("a"), n2.agent("b")
+        got = _inbox(b, "chunk")
+        await b.subscribe("chunks.*", lambda msg: got.append(msg.payload))
+        await m.converged()
+        chunk = b"c" * 3000
+        for i in range(100):  # each fits; 100 together would not fit in one frame
+            await a.send("b", "chunk", chunk)
+            await a.broadcast("chunks.x", chunk)
+        await wait_for(lambda: len(got) == 200, 10, "every chunk")
+        assert "oversized" not in n2.stats()["dropped"]

@@ -393,15 +393,17 @@ def test_record_carries_the_node_limit_and_an_old_record_means_the_default() -> 
 
 
 def test_registry_floor_is_the_smallest_limit_of_its_nodes() -> None:
-    reg = Registry("n0")
+    reg = Registry("n0", frame_cap=65536)
+    assert reg.frame_limit == 65536  # nobody to fit yet
     reg.merge(_rec("n0"))
     assert reg.floor == 1 << 20 and reg.max_payload("n0") == 1 << 20 and reg.max_payload("nx") is None
+    assert reg.frame_limit == 65536
     reg.merge(dataclasses.replace(_rec("n1", seq=1), max_payload=4096))
-    assert (reg.floor, reg.max_payload("n1")) == (4096, 4096)
+    assert (reg.floor, reg.frame_limit, reg.max_payload("n1")) == (4096, 4096, 4096)
     reg.merge(dataclasses.replace(_rec("n1", seq=2), max_payload=8192))
-    assert reg.floor == 8192
+    assert (reg.floor, reg.frame_limit) == (8192, 8192)
     reg.remove("n1")
-    assert reg.floor == 1 << 20
+    assert (reg.floor, reg.frame_limit) == (1 << 20, 65536)
 
 
 @pytest.mark.parametrize(

@@ -155,8 +155,9 @@ class MeshEvent:
 class Registry:
     """This node's view of the mesh (its own record included)."""
 
-    def __init__(self, local_node_id: str) -> None:
+    def __init__(self, local_node_id: str, frame_cap: int = _NO_LIMIT) -> None:
         self.local_node_id = local_node_id
+        self._frame_cap = frame_cap
         self._records: dict[str, NodeRecord] = {}
         self._agent_node: dict[str, str] = {}
         self._claims: dict[str, int] = {}  # agent id -> how many records claim it
@@ -164,6 +165,8 @@ class Registry:
         #: The smallest ``max_payload`` of any node in the registry (this one
         #: included): a publish frame reaches every one of them. Unbounded while empty.
         self.floor = _NO_LIMIT
+        #: ``floor``, but at most ``frame_cap``: what a batch of items may add up to.
+        self.frame_limit = frame_cap
 
     # -- queries ---------------------------------------------------------
 
@@ -273,6 +276,7 @@ class Registry:
         self._subscriber_cache.clear()
         if old is None or new is None or old.max_payload != new.max_payload:
             self.floor = min((r.max_payload for r in self._records.values()), default=_NO_LIMIT)
+            self.frame_limit = min(self.floor, self._frame_cap)
         index, claims = self._agent_node, self._claims
         if old is not None:
             for agent_id in old.agents:

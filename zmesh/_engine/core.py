@@ -57,7 +57,7 @@ class Engine:
         self.max_frame = config.max_payload + HEADER_ALLOWANCE
         self.liveness = config.liveness
         self.choose = config.choose
-        self.registry = Registry(config.node_id)
+        self.registry = Registry(config.node_id, BATCH_BYTES)
         self.requests = Requests(self.out)
         self.members = Members(self)
         self.flow = Flow(self, config.window, config.window_bytes)
@@ -262,7 +262,7 @@ class Engine:
                 return
             self._outbox[node_id] = [[item], len(item)]
         else:
-            if box[1] + len(item) > BATCH_BYTES:
+            if box[1] + len(item) > self.registry.frame_limit:  # fits every receiver's limit
                 self._flush_one(node_id, box[0])
                 box[0] = []
                 box[1] = 0
@@ -277,7 +277,7 @@ class Engine:
         self._outbox.pop(node_id, None)
 
     def publish(self, item: bytes) -> None:
-        if self._pub_size + len(item) > BATCH_BYTES and self._pub_items:
+        if self._pub_size + len(item) > self.registry.frame_limit and self._pub_items:
             self._flush_pub()
         self._pub_items.append(item)
         self._pub_size += len(item)
