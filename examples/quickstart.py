@@ -22,7 +22,7 @@ async def main() -> None:
         reply = await a.request("b", "math.add", {"x": 1, "y": 2}, timeout=5)
         print("1 + 2 =", reply.payload)
 
-        await b.subscribe("research.*", lambda msg: print("b heard", msg.topic, msg.payload))
+        await b.subscribe("research.*", lambda msg: print("b heard", msg.topic, msg.payload), inline=True)
         reached = await a.broadcast("research.found", {"paper": 42})
         print("broadcast reached", reached, "agent(s)")
 

@@ -272,7 +272,8 @@ async def test_default_payload_limit_is_one_mebibyte(transport: str) -> None:
         assert n1.max_payload == 1 << 20
         with pytest.raises(zmesh.InvalidMessage):
             await a.send("b", "blob.put", b"x" * (1 << 20))
-        fits = b"y" * ((1 << 20) - 5)  # bin32 header: 5 bytes
+        assert n2.registry.record(n1.id).max_payload == 1 << 20  # announced in its record
+        fits = b"y" * ((1 << 20) - 5 - 200)  # bin32 header: 5 bytes; the other fields: under 200
         await a.send("b", "blob.put", fits)
         await wait_for(lambda: inbox.messages, what="the large message")
         assert inbox.payloads == [fits]

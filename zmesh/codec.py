@@ -22,6 +22,18 @@ from typing import Any, Callable, Final, Union
 
 import msgpack
 
+from ._frames import (
+    BAD,
+    MSG,
+    MSG_FIELDS,
+    PROTOCOL_VERSION,
+    decode_frame,
+    decode_item,
+    decode_pub_frame,
+    join_frame,
+    join_pub_frame,
+)
+from ._packer import ItemPacker, check_round_trip
 from .errors import FrameError, InvalidMessage
 from .message import MESSAGE_TYPES, STATUSES, Message
 from .registry import NodeRecord, parse_record
@@ -40,7 +52,10 @@ __all__ = [
     "CREDIT",
     "BLOCKED",
     "HANDLED",
+    "BAD",
+    "ItemPacker",
     "encode_message",
+    "too_big",
     "encode_item",
     "join_frame",
     "join_pub_frame",
@@ -63,10 +78,7 @@ __all__ = [
     "encode_control",
 ]
 
-PROTOCOL_VERSION: Final = 1
-
-# Item kinds.
-MSG: Final = 0
+# Item kinds (MSG, 0, lives with the frame layout in _frames).
 HELLO: Final = 1
 UPDATE: Final = 2
 ACK: Final = 3
@@ -80,28 +92,22 @@ HANDLED: Final = 10
 
 _TYPE_CODE: Final = {name: code for code, name in enumerate(MESSAGE_TYPES)}
 _STATUS_CODE: Final = {name: code for code, name in enumerate(STATUSES)}
-_MSG_FIELDS: Final = 15
+_MSG_FIELDS: Final = MSG_FIELDS
 
 _packb: Callable[[Any], bytes] = msgpack.packb
-_unpackb: Callable[..., Any] = msgpack.unpackb
-_VERSION_BYTES: Final[bytes] = _packb(PROTOCOL_VERSION)
 
 
-def _array_header(n: int) -> bytes:
-    if n < 16:
-        return bytes((0x90 | n,))
-    if n < 0x10000:
-        return b"\xdc" + n.to_bytes(2, "big")
-    return b"\xdd" + n.to_bytes(4, "big")
+def encode_message(msg: Message, max_payload: int, pack: ItemPacker | None = None) -> bytes:
+    """Encode ``msg`` as a MSG item; raise InvalidMessage if it cannot travel:
+    unencodable, not decodable by a receiver, or over ``max_payload`` bytes
+    as a whole (payload, topic, trace id and every other field).
 
-
-def encode_message(msg: Message, max_payload: int, pack: Callable[[Any], bytes] = _packb) -> bytes:
-    """Encode ``msg`` as a MSG item; raise InvalidMessage if it cannot travel.
-
-    ``pack`` may be a reusable ``msgpack.Packer().pack`` (one per thread).
+    ``pack`` is a reusable :class:`ItemPacker` (one per thread); without one a
+    new one is made.
     """
+    packer = ItemPacker() if pack is None else pack
     try:
-        item: bytes = pack(
+        item: bytes = packer.pack(
             [
                 MSG,
                 msg.id,
@@ -121,80 +127,34 @@ def encode_message(msg: Message, max_payload: int, pack: Callable[[Any], bytes] 
             ]
         )
     except KeyError as exc:
+        packer.tuples = False
         raise InvalidMessage(f"unknown message type or status {exc}") from None
     except (TypeError, ValueError, OverflowError) as exc:
+        packer.tuples = False
         raise InvalidMessage(f"message cannot be encoded with msgpack: {exc}") from None
+    if packer.tuples:
+        packer.tuples = False
+        check_round_trip(item, msg.payload)
     if len(item) > max_payload:
-        # Only now is it worth measuring the payload on its own.
-        size = len(_packb(msg.payload))
-        if size > max_payload:
-            raise InvalidMessage(
-                f"payload is {size} bytes encoded, over the limit of {max_payload} bytes"
-            )
+        raise too_big(msg, len(item), max_payload)
     return item
+
+
+def too_big(msg: Message, size: int, limit: int, whose: str = "") -> InvalidMessage:
+    """The error for a message of ``size`` bytes encoded over ``limit``."""
+    try:
+        payload = f"; its payload is {len(_packb(msg.payload))} bytes"
+    except Exception:
+        payload = ""
+    return InvalidMessage(
+        f"message is {size} bytes encoded, over the limit of {limit} bytes{whose} "
+        f"(the limit counts the whole message: payload, topic, trace id and the other fields{payload})"
+    )
 
 
 def encode_item(item: list[Any]) -> bytes:
     """Encode a control item (HELLO, ACK, ...)."""
     return _packb(item)
-
-
-def join_frame(items: list[bytes]) -> bytes:
-    """Concatenate encoded items into one direct frame."""
-    return _array_header(len(items) + 1) + _VERSION_BYTES + b"".join(items)
-
-
-def join_pub_frame(node_id: str, seq: int, items: list[bytes]) -> bytes:
-    """Concatenate encoded items into one publish frame."""
-    return (
-        _array_header(len(items) + 3)
-        + _VERSION_BYTES
-        + _packb(node_id)
-        + _packb(seq)
-        + b"".join(items)
-    )
-
-
-def _unpack(data: bytes, max_bytes: int, header: int) -> list[Any]:
-    """Decode a frame whose first ``header`` elements precede the items."""
-    if len(data) > max_bytes:
-        raise FrameError("oversized", f"{len(data)} bytes")
-    try:
-        frame = _unpackb(data, raw=False, strict_map_key=False, use_list=True)
-    except Exception as exc:  # msgpack raises many types on garbage
-        raise FrameError("malformed", type(exc).__name__) from None
-    if frame.__class__ is not list or len(frame) < header:
-        raise FrameError("malformed", "not a frame")
-    if frame[0] != PROTOCOL_VERSION:
-        raise FrameError("unknown_version", repr(frame[0])[:40])
-    for item in frame[header:]:
-        if item.__class__ is not list or not item or item[0].__class__ is not int:
-            raise FrameError("malformed", "bad item")
-    return frame
-
-
-def decode_item(data: bytes) -> list[Any]:
-    """Decode one encoded item (as kept in a store); FrameError if unusable."""
-    try:
-        item = _unpackb(data, raw=False, strict_map_key=False, use_list=True)
-    except Exception as exc:
-        raise FrameError("malformed", type(exc).__name__) from None
-    if item.__class__ is not list or not item or item[0].__class__ is not int:
-        raise FrameError("malformed", "bad item")
-    return item
-
-
-def decode_frame(data: bytes, max_bytes: int) -> list[list[Any]]:
-    """Decode a direct frame into its items; raise FrameError if unusable."""
-    return _unpack(data, max_bytes, 1)[1:]
-
-
-def decode_pub_frame(data: bytes, max_bytes: int) -> tuple[str, int, list[list[Any]]]:
-    """Decode a publish frame into (node_id, record_seq, items)."""
-    frame = _unpack(data, max_bytes, 3)
-    if frame[1].__class__ is not str or frame[2].__class__ is not int:
-        raise FrameError("malformed", "bad publish header")
-    return frame[1], frame[2], frame[3:]
 
 
 def message_from_item(item: list[Any]) -> Message:

@@ -70,7 +70,8 @@ class Node:
     is ``"zmq"`` (default), ``"inproc"`` or a Transport. ``seeds`` are router
     endpoints of any members to join through. ``clock`` drives timeouts, TTLs,
     liveness and timestamps (see :class:`zmesh.FakeClock`). ``max_payload``
-    caps the encoded payload of one message (bytes). ``workers`` is the
+    caps one encoded message, all fields included (bytes); peers learn it
+    and check what they send here against it. ``workers`` is the
     size of the thread pool that runs plain ``def`` handlers. ``store`` (a
     file path, or a :class:`zmesh.store.Store`) keeps unacknowledged QoS 1/2
     messages and the ids of handled QoS 2 messages across restarts.

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 from .errors import FrameError
 from .topics import matches
 
-__all__ = ["NodeRecord", "AgentInfo", "MeshEvent", "Registry", "parse_record", "EVENT_KINDS"]
+__all__ = ["NodeRecord", "AgentInfo", "MeshEvent", "Registry", "parse_record", "EVENT_KINDS", "DEFAULT_MAX_PAYLOAD"]
 
 EVENT_KINDS = (
     "peer_joined",
@@ -29,6 +29,9 @@ EVENT_KINDS = (
 )
 
 _MAX_AGENTS = 10_000
+#: A node's limit on one encoded message, when its record does not say (older nodes).
+DEFAULT_MAX_PAYLOAD = 1 << 20
+_NO_LIMIT = 1 << 62
 _MAX_ID = 256
 
 
@@ -46,6 +49,8 @@ class NodeRecord:
     #: Every endpoint, one per bound address (``router``/``pub`` are the first).
     routers: tuple[str, ...] = ()
     pubs: tuple[str, ...] = ()
+    #: The largest encoded message the node accepts (``Node(max_payload=...)``).
+    max_payload: int = DEFAULT_MAX_PAYLOAD
 
     def __post_init__(self) -> None:
         if not self.routers:
@@ -66,6 +71,7 @@ class NodeRecord:
             "seq": self.seq,
             "agents": {a: list(c) for a, c in self.agents.items()},
             "subs": {a: sorted(p) for a, p in self.subs.items()},
+            "max_payload": self.max_payload,
         }
 
 
@@ -107,6 +113,9 @@ def parse_record(data: Any) -> NodeRecord:
         pubs = data.get("pubs", [data["pub"]])
         if routers.__class__ is not list or pubs.__class__ is not list or len(routers) > 64 or len(pubs) > 64:
             raise FrameError("malformed", "record endpoints")
+        max_payload = data.get("max_payload", DEFAULT_MAX_PAYLOAD)
+        if max_payload.__class__ is not int or max_payload < 1:
+            raise FrameError("malformed", "record field max_payload")
         return NodeRecord(
             routers=tuple(_str(e, "routers", 1024) for e in routers),
             pubs=tuple(_str(e, "pubs", 1024) for e in pubs),
@@ -119,6 +128,7 @@ def parse_record(data: Any) -> NodeRecord:
             seq=seq,
             agents=agents,
             subs=subs,
+            max_payload=max_payload,
         )
     except KeyError as exc:
         raise FrameError("malformed", f"record lacks {exc}") from None
@@ -145,12 +155,18 @@ class MeshEvent:
 class Registry:
     """This node's view of the mesh (its own record included)."""
 
-    def __init__(self, local_node_id: str) -> None:
+    def __init__(self, local_node_id: str, frame_cap: int = _NO_LIMIT) -> None:
         self.local_node_id = local_node_id
+        self._frame_cap = frame_cap
         self._records: dict[str, NodeRecord] = {}
         self._agent_node: dict[str, str] = {}
         self._claims: dict[str, int] = {}  # agent id -> how many records claim it
         self._subscriber_cache: dict[str, tuple[tuple[str, str], ...]] = {}
+        #: The smallest ``max_payload`` of any node in the registry (this one
+        #: included): a publish frame reaches every one of them. Unbounded while empty.
+        self.floor = _NO_LIMIT
+        #: ``floor``, but at most ``frame_cap``: what a batch of items may add up to.
+        self.frame_limit = frame_cap
 
     # -- queries ---------------------------------------------------------
 
@@ -207,6 +223,11 @@ class Registry:
             self._subscriber_cache[topic] = hit
         return hit
 
+    def max_payload(self, node_id: str) -> int | None:
+        """The limit node ``node_id`` announced, or None for a node not in the registry."""
+        rec = self._records.get(node_id)
+        return None if rec is None else rec.max_payload
+
     def __contains__(self, node_id: object) -> bool:
         return node_id in self._records
 
@@ -253,6 +274,9 @@ class Registry:
         claim in record order does. Only an agent id claimed twice costs a scan.
         """
         self._subscriber_cache.clear()
+        if old is None or new is None or old.max_payload != new.max_payload:
+            self.floor = min((r.max_payload for r in self._records.values()), default=_NO_LIMIT)
+            self.frame_limit = min(self.floor, self._frame_cap)
         index, claims = self._agent_node, self._claims
         if old is not None:
             for agent_id in old.agents:

@@ -20,8 +20,6 @@ import math
 from collections import Counter
 from typing import Any
 
-import msgpack
-
 from .. import codec
 from ..errors import FrameError, InvalidMessage, NodeClosed, ZmeshError
 from ..message import Message
@@ -60,7 +58,7 @@ class Engine:
         self.max_frame = config.max_payload + HEADER_ALLOWANCE
         self.liveness = config.liveness
         self.choose = config.choose
-        self.registry = Registry(config.node_id)
+        self.registry = Registry(config.node_id, BATCH_BYTES)
         self.reliable = Reliable(self, config.store)
         self.requests = Requests(self.out, self.reliable.settle)
         self.members = Members(self)
@@ -85,7 +83,7 @@ class Engine:
         self._now = 0.0
         self._next_tick = math.inf
         self.earliest = math.inf  # never later than the true next deadline; may be earlier
-        self._pack = msgpack.Packer().pack  # an engine is used from one thread
+        self._pack = codec.ItemPacker()  # an engine is used from one thread
 
     # -- plumbing --------------------------------------------------------
 
@@ -163,6 +161,7 @@ class Engine:
             seq=self.seq,
             agents={a: caps for a, (caps, _) in self.agents.items()},
             subs={a: subs for a, (_, subs) in self.agents.items() if subs},
+            max_payload=self.max_payload,
         )
 
     def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str]) -> None:
@@ -270,7 +269,7 @@ class Engine:
                 return
             self._outbox[node_id] = [[item], len(item)]
         else:
-            if box[1] + len(item) > BATCH_BYTES:
+            if box[1] + len(item) > self.registry.frame_limit:  # fits every receiver's limit
                 self._flush_one(node_id, box[0])
                 box[0] = []
                 box[1] = 0
@@ -304,7 +303,7 @@ class Engine:
             self.effects.append((DEAD, msg, "peer_lost", why, msg.target))
 
     def publish(self, item: bytes) -> None:
-        if self._pub_size + len(item) > BATCH_BYTES and self._pub_items:
+        if self._pub_size + len(item) > self.registry.frame_limit and self._pub_items:
             self._flush_pub()
         self._pub_items.append(item)
         self._pub_size += len(item)
@@ -377,8 +376,19 @@ class Engine:
 
     # -- local commands --------------------------------------------------
 
-    def encode(self, msg: Message) -> bytes:
-        return codec.encode_message(msg, self.max_payload, self._pack)
+    def encode(self, msg: Message, route: str | None = None) -> bytes:
+        """Encode for ``route`` (None: a broadcast, for every node); InvalidMessage
+        when it is over our limit or the receiving node's."""
+        item = codec.encode_message(msg, self.max_payload, self._pack)
+        if len(item) > self.registry.floor and route != LOCAL:
+            limit = self.registry.floor if route is None else self.registry.max_payload(route)
+            if limit is None:  # joining: not in the registry yet
+                peer = self.members.peers.get(route or "")
+                limit = peer.record.max_payload if peer is not None else self.max_payload
+            if len(item) > limit:
+                whose = " of some node in the mesh" if route is None else f" of node {route!r}"
+                raise codec.too_big(msg, len(item), limit, whose)
+        return item
 
     def admit(self, target: str) -> str | None:
         """The route (outbox key) to agent ``target`` if flow control admits one
@@ -409,7 +419,7 @@ class Engine:
             route = self.route(msg.target)
             if route is None:
                 return False
-        item = self.encode(msg)
+        item = self.encode(msg, route)
         if msg.qos:
             self.reliable.track(msg, item, route, self._now if now is None else now)
         self.flow.sent(route, msg.target, len(item))
@@ -430,7 +440,7 @@ class Engine:
         key = (msg.reply_to, msg.correlation_id)
         if key in self.requests.pending:
             raise InvalidMessage(f"a request with correlation id {msg.correlation_id!r} is already pending")
-        item = self.encode(msg)
+        item = self.encode(msg, route)
         self.requests.add(msg, self.node_id if route == LOCAL else route, deadline)
         if deadline < self.earliest:
             self.earliest = deadline
@@ -446,14 +456,14 @@ class Engine:
 
     def reply(self, reply: Message) -> bytes:
         """Send a reply (returned encoded); dead-lettered here when its requester is gone."""
+        route = self.route(reply.target)
         try:
-            item = self.encode(reply)
+            item = self.encode(reply, route)
         except InvalidMessage as exc:
             # The handler's result cannot travel: tell the requester instead.
             reply.status = "error"
             reply.payload = {"type": "InvalidMessage", "message": str(exc)}
-            item = self.encode(reply)
-        route = self.route(reply.target)
+            item = self.encode(reply, route)
         if route is not None:
             self.enqueue(route, item)
         elif not self.members.parked.park(reply.target, item, reply):

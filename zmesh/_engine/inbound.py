@@ -11,6 +11,7 @@ from .. import codec
 from ..errors import FrameError, ZmeshError
 from ..message import Message
 from ..topics import matches
+from .bad_items import bad_item, published_error
 from .config import LOCAL
 from .effects import DEAD, DELIVER
 
@@ -47,6 +48,8 @@ def direct(engine: Engine, key: str | None, frame: bytes) -> None:
                 if key is not None and peer is None:
                     raise FrameError("unknown_peer", "message before hello")
                 _message(engine, codec.message_from_item(item), peer, size)
+            elif kind == codec.BAD:
+                bad_item(engine, item, peer, where, key is None)
             elif key is None:
                 raise FrameError("malformed", "control item on loopback")
             else:
@@ -85,7 +88,7 @@ def published(engine: Engine, frame: bytes) -> None:
     for item in items:
         try:
             if item[0] != codec.MSG:
-                raise FrameError("unknown_item", "only messages are published")
+                raise published_error(item)
             msg = codec.message_from_item(item)
             if msg.target:
                 raise FrameError("malformed", "published message with a target")
