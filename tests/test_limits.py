@@ -156,3 +156,15 @@ async def test_batches_to_a_node_with_a_small_limit_stay_under_its_frame_limit(t
             await a.broadcast("chunks.x", chunk)
         await wait_for(lambda: len(got) == 200, 10, "every chunk")
         assert "oversized" not in n2.stats()["dropped"]
+
+
+async def test_a_reply_too_big_for_a_request_near_the_limit_still_fails_fast(transport: str) -> None:
+    async with Mesh(transport, max_payload=4096) as m:
+        n1, n2 = await m.node(), await m.node()
+        a, b = n1.agent("a"), n2.agent("b")
+        b.add_handler("big", lambda msg: "y" * 8000)
+        await m.converged()
+        near = "t" * 3700  # the request fits; the error reply with this trace id would not
+        with pytest.raises(zmesh.HandlerError) as info:
+            await a.request("b", "big", timeout=10, trace_id=near)
+        assert info.value.remote_type == "InvalidMessage"

@@ -462,8 +462,12 @@ class Engine:
         except InvalidMessage as exc:
             # The handler's result cannot travel: tell the requester instead.
             reply.status = "error"
-            reply.payload = {"type": "InvalidMessage", "message": str(exc)}
-            item = self.encode(reply, route)
+            reply.payload = {"type": "InvalidMessage", "message": str(exc)[:512]}
+            try:
+                item = self.encode(reply, route)
+            except InvalidMessage:
+                reply.trace_id = ""  # only a trace id near the limit leaves no room for the error
+                item = self.encode(reply, route)
         if route is not None:
             self.enqueue(route, item)
         elif not self.members.parked.park(reply.target, item, reply):
