@@ -6,11 +6,7 @@ API layer asked for, with the current time, then carries out
 ``engine.effects`` (see :mod:`.effects`) and calls :meth:`Engine.tick` at
 :meth:`Engine.next_deadline`.
 
-Batching: items for the same peer queue until :meth:`Engine.flush` and then
-travel as one frame. While ``hold`` is False (the driver is neither draining
-nor has a flush scheduled), the first item for a peer leaves at once, so a
-lone request pays no batching delay; the driver sees ``has_queued`` and
-schedules a flush for whatever follows.
+Batching (what leaves, and when) is :mod:`.outbound`'s.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from .. import codec
-from ..errors import FrameError, InvalidMessage, NodeClosed, ZmeshError
+from ..errors import InvalidMessage, NodeClosed
 from ..message import Message
 from ..registry import NodeRecord, Registry
 from . import inbound
@@ -34,9 +30,10 @@ from .config import (
     EngineConfig,
     first_endpoint,
 )
-from .effects import CLOSE, DEAD, OPEN, PUBLISH, SEND, Effect
+from .effects import CLOSE, DEAD, OPEN, SEND, Effect
 from .credit import Flow
 from .members import Members
+from .outbound import Outbound
 from .reliable import Reliable
 from .requests import Key, Requests
 
@@ -44,7 +41,7 @@ __all__ = ["Engine", "EngineConfig", "first_endpoint"]
 
 log = logging.getLogger("zmesh")
 
-class Engine:
+class Engine(Outbound):
     """One node's side of the mesh protocol."""
 
     def __init__(self, config: EngineConfig) -> None:
@@ -255,111 +252,6 @@ class Engine:
         """When :meth:`tick` is next due (at worst a little early, never late);
         also the attribute ``earliest``."""
         return self.earliest
-
-    # -- outbound --------------------------------------------------------
-
-    def enqueue(self, node_id: str, item: bytes) -> None:
-        box = self._outbox.get(node_id)
-        if box is None:
-            if not self.hold and node_id != LOCAL:
-                # A lone item leaves at once; what follows it before the next
-                # flush is batched until the driver flushes.
-                self.hold = True
-                self._flush_one(node_id, [item])
-                return
-            self._outbox[node_id] = [[item], len(item)]
-        else:
-            if box[1] + len(item) > self.registry.frame_limit:  # fits every receiver's limit
-                self._flush_one(node_id, box[0])
-                box[0] = []
-                box[1] = 0
-            box[0].append(item)
-            box[1] += len(item)
-
-    @property
-    def has_queued(self) -> bool:
-        return bool(self._outbox or self._pub_items or self.reliable.acks)
-
-    def discard_outbox(self, node_id: str) -> None:
-        """The peer left with items still queued for it: what was a message is
-        counted and dead-lettered (a pending request fails on its own, a qos
-        >= 1 message is sent again)."""
-        box = self._outbox.pop(node_id, None)
-        if box is not None:
-            self._lost_items(node_id, box[0])
-
-    def _lost_items(self, node_id: str, items: list[bytes]) -> None:
-        for item in items:
-            if item[1:2] != b"\x00":  # not a MSG ([0, ...]): control items die with the peer
-                continue
-            try:
-                msg = codec.message_from_item(codec.decode_item(item))
-            except FrameError:
-                continue
-            if msg.qos or msg.expects_reply:
-                continue
-            self.dropped["peer_gone"] += 1
-            why = f"node {node_id!r} left before it was sent"
-            self.effects.append((DEAD, msg, "peer_lost", why, msg.target))
-
-    def publish(self, item: bytes) -> None:
-        if self._pub_size + len(item) > self.registry.frame_limit and self._pub_items:
-            self._flush_pub()
-        self._pub_items.append(item)
-        self._pub_size += len(item)
-
-    def out_publish_beat(self) -> None:
-        self.effects.append((PUBLISH, codec.join_pub_frame(self.node_id, self.seq, [])))
-        self.stats["heartbeats_published"] += 1
-
-    def flush(self) -> None:
-        """Send everything queued, one frame per peer."""
-        self.hold = False
-        if self.reliable.acks:
-            self.reliable.flush_acks()
-        while self._outbox or self._pub_items:
-            if self._pub_items:
-                self._flush_pub()
-            outbox, self._outbox = self._outbox, {}
-            for node_id, box in outbox.items():
-                self._flush_one(node_id, box[0])
-
-    def _flush_pub(self) -> None:
-        items, self._pub_items, self._pub_size = self._pub_items, [], 0
-        frame = codec.join_pub_frame(self.node_id, self.seq, items)
-        self.effects.append((PUBLISH, frame))
-        self.stats["frames_published"] += 1
-        self.stats["bytes_published"] += len(frame)
-
-    def _flush_one(self, node_id: str, items: list[bytes]) -> None:
-        if not items:
-            return
-        store = self.reliable.store
-        if store is not None and store.dirty:
-            self._commit(store)
-        frame = codec.join_frame(items)
-        if node_id == LOCAL:
-            inbound.direct(self, None, frame)
-            return
-        peer = self.members.peers.get(node_id)
-        if peer is None:
-            self.stats["items_to_departed_peers"] += len(items)
-            self._lost_items(node_id, items)
-            return
-        self.effects.append((SEND, peer.link, frame))
-        self.stats["frames_sent"] += 1
-        self.stats["bytes_sent"] += len(frame)
-        peer.last_sent = self._now
-
-    def _commit(self, store: Any) -> None:
-        """Write what the store holds before the frames that depend on it leave."""
-        try:
-            store.commit()
-        except ZmeshError as exc:
-            self.stats["store_errors"] += 1
-            if ("store", "error") not in self.logged_drops:
-                self.logged_drops.add(("store", "error"))
-                log.error("zmesh %s: %s (QoS state is not durable now)", self.node_id, exc)
 
     def route(self, target: str) -> str | None:
         """Outbox key for an agent id (LOCAL or a node id), or None when no node hosts it."""
