@@ -50,7 +50,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -427,6 +427,8 @@ def table(results: Sequence[RunResult]) -> str:
         dead = str(r.dead_lettered) + (f" ({_reasons(r)})" if r.dead_lettered else "")
         verdict = r.verdict()
         target = "—" if r.qos == 0 and not verdict else ("✗ " + verdict if verdict else "✓")
+        if r.qos >= 1 and not r.qos_api:
+            target += " (no QoS 1/2 yet)"
         rows.append(
             f"| {r.scenario} | {r.qos} | {r.sent} | {r.handled} | {r.duplicated} | {dead} | {_errors(r)} "
             f"| {r.lost} | {r.rss_rx[0]:.1f}→{r.rss_rx[1]:.1f} ({r.rss_rx[2]:.1f}) "
@@ -443,7 +445,7 @@ def block(results: Sequence[RunResult], params: Params, scenarios: Sequence[str]
     drops = [f"- {r.scenario}/QoS {r.qos}: rx {r.dropped_rx or '{}'}, tx {r.dropped_tx or '{}'}"
              for r in results if r.dropped_rx or r.dropped_tx]
     lines = [
-        f"Measured {when} on {platform.node() or 'this machine'} ({os.cpu_count()} CPUs, Python "
+        f"Measured {when} on a {os.cpu_count()}-CPU Linux machine (Python "
         f"{platform.python_version()}): {params.count} messages per run at {params.rate:g}/s, "
         f"QoS >= 1 ttl {params.ttl:g} s. This zmesh {'has' if qos_api else 'does not have'} "
         f"`Node.wait_acked` (QoS 1/2){'' if qos_api else ': QoS 1 and 2 rows behave as QoS 0'}; "
@@ -466,6 +468,25 @@ def write_doc(content: str, params: Params, scenarios: Sequence[str]) -> None:
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     DOC.write_text(f"{head}{BEGIN}\n{content}\n{END}{tail}")
+
+
+def render(path: Path, write: bool) -> int:
+    """Print (and put into the docs) the table of an earlier run's JSON."""
+    data = json.loads(path.read_text())
+    names = {f.name for f in fields(RunResult)}
+    results = []
+    for row in data["results"]:
+        kwargs = {k: v for k, v in row.items() if k in names}
+        for key in ("rss_rx", "rss_tx"):
+            kwargs[key] = tuple(kwargs.get(key, (0.0, 0.0, 0.0)))
+        results.append(RunResult(**kwargs))
+    params = Params(**data["params"])
+    content = block(results, params, list(data.get("scenarios", {})), data["when"][:10])
+    print(content)
+    if write:
+        write_doc(content, params, list(data.get("scenarios", {})))
+        print(f"updated {DOC.relative_to(REPO_ROOT)}")
+    return 0
 
 
 # -- command line ---------------------------------------------------------------------------------------
@@ -492,7 +513,11 @@ def main(argv: list[str] | None = None) -> int:
     docs = parser.add_mutually_exclusive_group()
     docs.add_argument("--docs", action="store_true", help="write the table into docs/reliability.md anyway")
     docs.add_argument("--no-docs", action="store_true", help="never touch docs/reliability.md")
+    parser.add_argument("--render", type=Path, metavar="JSON",
+                        help="measure nothing: rebuild the table from a JSON file this command wrote")
     args = parser.parse_args(argv)
+    if args.render:
+        return render(args.render, write=not args.no_docs)
     scenarios = _csv(args.scenario, list(SCENARIOS), "scenario")
     levels = [int(q) for q in _csv(args.qos, ["0", "1", "2"], "qos")]
     params = QUICK if args.quick else FULL
