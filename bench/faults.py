@@ -3,6 +3,7 @@
     python -m bench.faults                       # every scenario x QoS 0,1,2; rewrites docs/reliability.md
     python -m bench.faults --quick               # fewer messages, shorter faults (a smoke run)
     python -m bench.faults --scenario cut,kill --qos 1
+    python -m bench.faults --render bench/out/faults.json   # rebuild the docs table from a saved run
 
 Each run builds a fresh lab (tests/netns.py): two network-namespace hosts
 on one bridge.  A sender process (``bench/_fault_node.py``, agent ``tx``)
@@ -65,6 +66,7 @@ END = "<!-- bench.faults:end -->"
 MEMORY_SLACK_MB = 10.0
 QUIET = 3.0  # seconds without a newly handled message that end a drain
 DRAIN_MAX = 60.0  # longest drain after the sender is done (and acked)
+ACK_WAIT = 60.0  # QoS >= 1: how long the sender waits in wait_acked after its last send
 
 
 @dataclass(frozen=True)
@@ -239,7 +241,7 @@ def run_one(lab: NetnsLab, scenario: str, qos: int, params: Params,
         tx = Proc(lab, tx_host, [
             "sender", "--mesh", mesh, "--name", "tx-node", "--agent", "tx", "--target", "rx",
             "--qos", str(qos), "--count", str(params.count), "--rate", str(params.rate),
-            "--ttl", str(params.ttl), "--ack-timeout", str(params.ttl + 30),
+            "--ttl", str(params.ttl), "--ack-timeout", str(ACK_WAIT),
             *(["--store", str(tmp / "tx.db")] if store else []),
         ])
         if not wait(lambda: tx.last("start") is not None, 30, "the sender to start"):
@@ -315,7 +317,7 @@ def run_one(lab: NetnsLab, scenario: str, qos: int, params: Params,
         if done is not None:
             result.send_errors = dict(done.get("errors") or {})
         if qos >= 1 and done is not None:
-            wait(lambda: tx.last("acked") is not None, params.ttl + 40, "the sender's wait_acked")
+            wait(lambda: tx.last("acked") is not None, ACK_WAIT + 15, "the sender's wait_acked")
             acked = tx.last("acked")
             result.acked = None if acked is None or acked.get("ok") is None else bool(acked["ok"])
         if scenario == "blocked" and fired is not None:
