@@ -268,6 +268,57 @@ class NetnsLab:
         """Undo :meth:`cut`."""
         self._nft(host, f"delete table inet {_CUT_TABLE}\n")
 
+    # Random loss needs neither netem nor nft/iptables (often missing): a
+    # classic-BPF program on a clsact qdisc (cls_bpf, direct action) drops a
+    # packet when the kernel's per-packet random number is above a threshold
+    # ("ld rand"), like iptables' ``-m statistic --mode random``.  Drops are on
+    # *ingress* at both ends of the host's veth pair (the host's interface and
+    # its port in the bridge namespace), so to both TCP ends they look like
+    # packets lost on the wire, not local send errors.
+    @staticmethod
+    def _tc(ns: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["ip", "netns", "exec", ns, "tc", *args],
+                              capture_output=True, text=True, timeout=20, check=False)
+
+    def _ingress_points(self, host: Host, ifname: str | None) -> list[tuple[str, str]]:
+        """(namespace, device) of both ends of one of ``host``'s interfaces."""
+        name = ifname or host.ifaces[0].name
+        index = next(i for i, iface in enumerate(host.ifaces) if iface.name == name)
+        return [(host.ns, name), (host.ifaces[index].bridge.ns, f"{host.name}e{index}")]
+
+    def drop_random(self, host: Host, probability: float, ifname: str | None = None,
+                    *, protocol: str = "ip") -> None:
+        """Drop each packet on one of ``host``'s links (default: its first) with ``probability``, both ways.
+
+        ``protocol`` is tc's (``ip``: IPv4 only, as iptables would; ``all``:
+        ARP too).  ``probability >= 1`` drops everything (a silent cut).
+        Replaces an earlier :meth:`drop_random` on that link; undo with
+        :meth:`clear_drops`.
+        """
+        if shutil.which("tc") is None:
+            raise RuntimeError("tc (iproute2) is not installed")
+        if not probability >= 0.0:
+            raise ValueError(f"probability must be >= 0, got {probability}")
+        if probability >= 1.0:
+            program = "1,6 0 0 2"  # ret TC_ACT_SHOT
+        else:
+            threshold = min(int((1.0 - probability) * 2**32), 2**32 - 1)
+            # ld rand; jge #threshold -> drop; ret TC_ACT_OK ; drop: ret TC_ACT_SHOT
+            program = f"4,32 0 0 {0xFFFFF000 + 56},53 0 1 {threshold},6 0 0 2,6 0 0 0"
+        self.clear_drops(host, ifname)
+        for ns, dev in self._ingress_points(host, ifname):
+            for args in (("qdisc", "add", "dev", dev, "clsact"),
+                         ("filter", "add", "dev", dev, "ingress", "protocol", protocol, "prio", "1",
+                          "bpf", "da", "bytecode", program)):
+                proc = self._tc(ns, *args)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"tc {' '.join(args)} in {ns} failed: {proc.stderr.strip()}")
+
+    def clear_drops(self, host: Host, ifname: str | None = None) -> None:
+        """Undo :meth:`drop_random` (a no-op when nothing was installed)."""
+        for ns, dev in self._ingress_points(host, ifname):
+            self._tc(ns, "qdisc", "del", "dev", dev, "clsact")
+
     # -- processes --------------------------------------------------------------
     def run(
         self,
