@@ -355,3 +355,41 @@ async def test_a_handler_can_close_its_own_node(transport: str) -> None:
             await a.request("b", "shut_down", timeout=10)
         await asyncio.wait_for(closed.wait(), 5)
         assert node.closed
+
+
+async def test_a_handler_task_the_application_cancels_fails_its_request_and_frees_its_slot(transport: str) -> None:
+    # The "stop generation" pattern: a control handler cancels a running job's Task.
+    jobs: dict[str, asyncio.Task[Any]] = {}
+    started = asyncio.Event()
+
+    async def job(msg: Message) -> str:
+        task = asyncio.current_task()
+        assert task is not None
+        jobs[msg.payload] = task
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    def stop(msg: Message) -> bool:
+        jobs.pop(msg.payload).cancel()
+        return True
+
+    async with Mesh(transport) as m:
+        n1, n2 = await m.node(), await m.node()
+        a, b = n1.agent("a"), n2.agent("b", concurrency=2)
+        b.add_handler("job", job)
+        b.add_handler("stop", stop, inline=True)
+        b.add_handler("ping", lambda msg: "pong", inline=True)
+        await m.converged()
+        for round_ in range(3):  # a lost slot per cancel would leave none by the third round
+            started.clear()
+            running = asyncio.ensure_future(a.request("b", "job", f"j{round_}", timeout=20))
+            await started.wait()
+            assert (await a.request("b", "stop", f"j{round_}", timeout=5)).payload is True
+            t0 = time.monotonic()
+            with pytest.raises(zmesh.HandlerError) as info:
+                await running
+            assert time.monotonic() - t0 < 5, "the requester waited for its timeout"
+            assert info.value.remote_type == "CancelledError"
+        assert (await a.request("b", "ping", timeout=5)).payload == "pong"
+        assert n2.stats()["handler_errors"] == 3

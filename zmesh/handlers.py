@@ -18,8 +18,11 @@ Whatever a handler raises,
 ``KeyboardInterrupt``, ``SystemExit`` and a ``CancelledError`` it raises
 itself included, is contained: exactly one of ``done(result, extra)`` or
 ``failed(exc, extra)`` is called, and nothing escapes into the event loop or
-the transport. Only a cancellation the node itself asked for (on close)
-ends a handler without either call.
+the transport. A handler's Task cancelled by the application (a "stop"
+handler calling ``task.cancel()``) counts as failed with CancelledError, so
+its requester hears of it and its concurrency slot comes back. Only the
+cancellation the node itself asks for on close ends a handler without
+either call.
 """
 
 from __future__ import annotations
@@ -135,24 +138,17 @@ class HandlerTasks:
         pool.shutdown(wait=True)  # idle workers exit at once
 
 
-def _cancelled_by_owner(tasks: HandlerTasks) -> bool:
-    """Was this handler's Task cancelled from outside (not by its own raise)?"""
-    if tasks.closing:
-        return True
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
-    return bool(cancelling()) if cancelling is not None else False
-
-
 async def _guarded(
     coro: Coroutine[Any, Any, Any], done: Done, failed: Failed, extra: Any, tasks: HandlerTasks
 ) -> None:
     try:
         result = await coro
     except asyncio.CancelledError as exc:
-        if _cancelled_by_owner(tasks):
-            raise
-        failed(exc, extra)  # the handler raised it itself: its caller must hear of it
+        if tasks.closing:
+            raise  # the node closes: nobody waits for the result
+        # Raised by the handler, or its Task cancelled by the application:
+        # either way the handler ended without a result, and its caller must hear of it.
+        failed(exc, extra)
         return
     except BaseException as exc:  # KeyboardInterrupt and SystemExit included: contained
         failed(exc, extra)
