@@ -165,10 +165,22 @@ async def run(args: argparse.Namespace) -> None:
                 delay = start + seq / args.rate - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                try:
-                    await me.send(args.target, "seq", {"s": seq, "pad": PAD}, qos=args.qos, ttl=ttl)
-                except Exception as exc:  # noqa: BLE001  (counted: the harness reports every outcome)
-                    errors[type(exc).__name__] += 1
+                while True:
+                    try:
+                        await me.send(args.target, "seq", {"s": seq, "pad": PAD}, qos=args.qos, ttl=ttl)
+                        break
+                    except zmesh.AgentNotRegistered:
+                        # The target is gone for now (a cut, a restart): the send said so and
+                        # took nothing. As an application would, wait for it and send again.
+                        errors["AgentNotRegistered (sent again)"] += 1
+                        try:
+                            await node.wait_for_agents(args.target, timeout=30)
+                        except zmesh.Timeout:
+                            errors["AgentNotRegistered (gave up)"] += 1
+                            break
+                    except Exception as exc:  # noqa: BLE001  (counted: the harness reports every outcome)
+                        errors[type(exc).__name__] += 1
+                        break
                 now = time.monotonic()
                 if now - last >= PROGRESS_EVERY:
                     last = now

@@ -112,7 +112,7 @@ async def test_a_lost_acknowledgement_means_one_retransmission_and_no_second_han
         await wait_for(lambda: not lost.acks)  # the acknowledgement was sent into the void
         lost.flush_acks = real_flush  # type: ignore[method-assign]
         assert n1.stats()["unacked"] == 1
-        clock.advance(reliable_mod.RETRY_FIRST + 0.01)
+        clock.advance(reliable_mod.RETRY_HELD + 0.01)
         assert await n1.wait_acked(timeout=5)
         assert handler.seen == ["x"]  # the repeat was recognised, not handled
         assert n2.stats()["duplicates"] == 1
@@ -367,3 +367,66 @@ async def test_a_middle_hops_timeout_and_handler_errors_keep_their_kind() -> Non
             await a.request("b1", "bad", timeout=5)
         assert info.value.remote_type == "ValueError"
         assert info.value.agent == "c"
+
+
+# -- what the receiver holds, and what it declines --------------------------------
+
+
+async def test_a_long_handler_costs_no_resends_while_its_node_stays() -> None:
+    clock = FakeClock()
+    async with Mesh("inproc", clock=clock) as m:
+        n1, n2 = await m.node(), await m.node()
+        a, b = n1.agent("a"), n2.agent("b")
+        handler = Recorder(hold=True)
+        b.add_handler("t", handler)
+        await m.converged()
+        await a.send("b", "t", "long", qos=1)
+        await wait_for(lambda: handler.seen == ["long"])
+        for _ in range(10):  # a 20 s model call
+            clock.advance(reliable_mod.RETRY_FIRST * 2)
+            await asyncio.sleep(0)
+        assert n1.stats()["retransmits"] == 0
+        handler.opened.set()
+        assert await n1.wait_acked(timeout=5)
+
+
+async def test_what_a_full_inbox_declines_is_sent_again_soon_and_handled_once() -> None:
+    clock = FakeClock()
+    async with Mesh("inproc", clock=clock) as m:
+        n1, n2 = await m.node(), await m.node()
+        a, b = n1.agent("a"), n2.agent("b", concurrency=1, inbox_size=2)
+        handler = Recorder(hold=True)
+        b.add_handler("t", handler)
+        await m.converged()
+        for i in range(10):
+            await a.send("b", "t", i, qos=1)
+        await wait_for(lambda: n2.stats()["dropped"].get("inbox_full", 0) == 7)  # 1 running, 2 waiting
+        handler.opened.set()
+        waited = 0.0
+        while not await n1.wait_acked(timeout=0.05):
+            assert waited < reliable_mod.RETRY_HELD, "declined messages waited for the slow fallback"
+            clock.advance(reliable_mod.RETRY_FIRST)
+            waited += reliable_mod.RETRY_FIRST
+        assert sorted(handler.seen) == list(range(10))
+        assert list(n2.dead_letters) == []  # declined, not dead: the sender still owned them
+
+
+async def test_a_message_held_past_its_ttl_is_settled_by_its_holder_not_expired_by_its_sender() -> None:
+    clock = FakeClock()
+    async with Mesh("inproc", clock=clock) as m:
+        n1, n2 = await m.node(), await m.node()
+        a, b = n1.agent("a"), n2.agent("b", concurrency=1)
+        handler = Recorder(hold=True)
+        b.add_handler("t", handler)
+        await m.converged()
+        await a.send("b", "t", "slow", qos=1, ttl=2.0)  # taken at once, then takes longer than its ttl
+        await a.send("b", "t", "late", qos=1, ttl=2.0)  # waits in the inbox past its ttl
+        await wait_for(lambda: handler.seen == ["slow"])
+        clock.advance(3.0)
+        await asyncio.sleep(0.05)
+        assert n1.stats()["unacked"] == 2  # a live node holds both: not given up on
+        handler.opened.set()
+        assert await n1.wait_acked(timeout=5)
+        assert handler.seen == ["slow"]  # "late" expired when taken ...
+        assert [(d.reason, d.message.payload) for d in n2.dead_letters] == [("expired", "late")]  # ... there
+        assert list(n1.dead_letters) == [] and n1.stats()["qos_expired"] == 0

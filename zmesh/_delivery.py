@@ -185,7 +185,7 @@ class Delivery:
         """
         msg = entry.msg
         if msg.qos and not entry.request and not entry.broadcast and reason in ("busy", "not_found"):
-            self._engine.unhandled(msg)
+            self._engine.unhandled(entry.origin, msg)
             return
         self._dispatch.dead(msg, reason, why, target)
         if entry.request:

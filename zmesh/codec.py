@@ -52,6 +52,7 @@ __all__ = [
     "CREDIT",
     "BLOCKED",
     "HANDLED",
+    "DECLINED",
     "BAD",
     "ItemPacker",
     "encode_message",
@@ -73,6 +74,7 @@ __all__ = [
     "Credit",
     "Blocked",
     "Handled",
+    "Declined",
     "Control",
     "parse_control",
     "encode_control",
@@ -89,6 +91,7 @@ REFUSE: Final = 7
 CREDIT: Final = 8
 BLOCKED: Final = 9
 HANDLED: Final = 10
+DECLINED: Final = 11
 
 _TYPE_CODE: Final = {name: code for code, name in enumerate(MESSAGE_TYPES)}
 _STATUS_CODE: Final = {name: code for code, name in enumerate(STATUSES)}
@@ -284,7 +287,15 @@ class Handled:
     ids: tuple[str, ...]
 
 
-Control = Union[Hello, Update, Ack, Ping, Pong, Bye, Refuse, Credit, Blocked, Handled]
+@dataclass(frozen=True, slots=True)
+class Declined:
+    """QoS 1/2: the receiving node did not take these (full inbox, agent not
+    there); the sender should send them again later."""
+
+    ids: tuple[str, ...]
+
+
+Control = Union[Hello, Update, Ack, Ping, Pong, Bye, Refuse, Credit, Blocked, Handled, Declined]
 _MAX_HANDLED = 65536
 
 _MAX_HELLO_PEERS = 4096
@@ -335,12 +346,13 @@ def parse_control(item: list[Any]) -> Control:
         if n != 3 or item[1].__class__ is not str or item[2].__class__ is not int or item[2] < 0:
             raise FrameError("malformed", "credit" if kind == CREDIT else "blocked")
         return Credit(item[1], item[2]) if kind == CREDIT else Blocked(item[1], item[2])
-    if kind == HANDLED:
+    if kind == HANDLED or kind == DECLINED:
+        what = "handled" if kind == HANDLED else "declined"
         if n != 2 or item[1].__class__ is not list or len(item[1]) > _MAX_HANDLED or any(
             i.__class__ is not str for i in item[1]
         ):
-            raise FrameError("malformed", "handled")
-        return Handled(tuple(item[1]))
+            raise FrameError("malformed", what)
+        return Handled(tuple(item[1])) if kind == HANDLED else Declined(tuple(item[1]))
     raise FrameError("unknown_item", str(kind)[:40])
 
 
@@ -370,6 +382,9 @@ def encode_control(value: Control) -> bytes:
     if value.__class__ is Handled:
         assert isinstance(value, Handled)
         return _packb([HANDLED, list(value.ids)])
+    if value.__class__ is Declined:
+        assert isinstance(value, Declined)
+        return _packb([DECLINED, list(value.ids)])
     if value.__class__ is Bye:
         assert isinstance(value, Bye)
         return _packb([BYE, value.reason])

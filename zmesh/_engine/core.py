@@ -382,9 +382,11 @@ class Engine(Outbound):
         if not self.closed:
             self.reliable.done(origin, msg)
 
-    def unhandled(self, msg: Message) -> None:
-        """``msg`` (qos >= 1) was dropped before its handler ran: take it when it comes again."""
-        self.reliable.forget(msg.id)
+    def unhandled(self, origin: str, msg: Message) -> None:
+        """``msg`` (qos >= 1) from ``origin`` was dropped before its handler ran:
+        its sender is told to send it again."""
+        if not self.closed:
+            self.reliable.forget(origin, msg.id)
 
     def broadcast(self, msg: Message) -> int:
         """Publish to every subscribed agent; returns how many (other than the sender) it reaches."""

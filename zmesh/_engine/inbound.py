@@ -121,6 +121,7 @@ def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None
             if msg.qos and not msg.correlation_id:
                 # Its sender keeps it and sends it again where the agent is then.
                 engine.drop("not_found", origin, why)
+                engine.unhandled(origin, msg)
                 return
             engine.effects.append((DEAD, msg, "not_found", why, msg.target))
             if msg.correlation_id:

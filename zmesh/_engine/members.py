@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..codec import (
-    Ack, Blocked, Bye, Control, Credit, Handled, Hello, Ping, Pong, Refuse, Update, encode_control, join_frame,
+    Ack, Blocked, Bye, Control, Credit, Declined, Handled, Hello, Ping, Pong, Refuse, Update, encode_control, join_frame,
 )
 from ..errors import FrameError
 from ..registry import MeshEvent, NodeRecord
@@ -372,6 +372,9 @@ class Members:
         elif cls is Handled:
             assert isinstance(item, Handled)
             e.reliable.handled(peer.node_id, list(item.ids))
+        elif cls is Declined:
+            assert isinstance(item, Declined)
+            e.reliable.declined(peer.node_id, list(item.ids))
         elif cls is Pong:
             pass
         else:

@@ -68,7 +68,8 @@ class Outbound:
 
     @property
     def has_queued(self) -> bool:
-        return bool(self._outbox or self._pub_items or self.reliable.acks)
+        reliable = self.reliable
+        return bool(self._outbox or self._pub_items or reliable.acks or reliable.declines)
 
     def discard_outbox(self, node_id: str) -> None:
         """The peer left with items still queued for it: what was a message is
@@ -105,7 +106,7 @@ class Outbound:
     def flush(self) -> None:
         """Send everything queued, one frame per peer."""
         self.hold = False
-        if self.reliable.acks:
+        if self.reliable.acks or self.reliable.declines:
             self.reliable.flush_acks()
         while self._outbox or self._pub_items:
             if self._pub_items:

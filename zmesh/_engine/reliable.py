@@ -1,12 +1,20 @@
 """QoS 1 and 2: acknowledgement, retransmission and duplicate suppression (internal).
 
 Sender side: a direct message with ``qos >= 1`` stays *outstanding* until
-the receiving node says it was handled. Until then it is sent again with
-backoff (:data:`RETRY_FIRST` doubling to :data:`RETRY_MAX`), and at once
-when the node it went to leaves and a node hosting the target appears (a new
-incarnation, or a newcomer registering the same agent id). Its ttl bounds
-the retrying: then it is dead-lettered ``expired``. A request needs no
-separate acknowledgement: its reply is one.
+the receiving node says it was handled (HANDLED; a request's reply does as
+much). ZeroMQ over TCP loses nothing while a connection lives, so while the
+node it went to stays, the message is only sent again as a slow fallback
+(:data:`RETRY_HELD`): a long handler costs no resends. It is sent again
+soon when that node says it did not take it (DECLINED: a full inbox, an
+agent not there; after :data:`RETRY_FIRST` doubling to :data:`RETRY_MAX`),
+and at once when the node leaves and a node hosting the target appears (a
+new incarnation, or a newcomer registering the same agent id).
+
+Its ttl bounds the retrying: a message nobody holds when its ttl runs out
+is dead-lettered ``expired``. One that a live node holds stays outstanding
+past its ttl: that node either handles it or finds it expired when it takes
+it, and acknowledges either way (dead-lettering it there), so ``expired``
+here always means it was never taken.
 
 Receiver side: every ``qos >= 1`` message id is remembered in a bounded
 window (:data:`DEDUP_WINDOW` ids, oldest forgotten first), so a handler sees
@@ -41,10 +49,12 @@ if TYPE_CHECKING:
 
 __all__ = ["Reliable", "RETRY_FIRST", "RETRY_MAX", "DEDUP_WINDOW", "REPLY_CACHE_BYTES"]
 
-RETRY_FIRST = 1.0  # seconds until the first retransmission on a link that stays up
-RETRY_MAX = 30.0
+RETRY_FIRST = 1.0  # after a DECLINED: the first retry, doubling ...
+RETRY_MAX = 30.0  # ... up to this
+RETRY_HELD = 30.0  # while the node it went to stays: a slow fallback only
 UNROUTED_RETRY = 1.0  # no node hosts the target: look again this often (and when one joins)
 DEDUP_WINDOW = 100_000
+ACK_CHUNK = 4096  # ids per HANDLED/DECLINED item (about 128 KiB)
 REPLY_CACHE_BYTES = 32 << 20
 
 _RUNNING: Any = object()  # a seen id whose handler has not finished
@@ -52,7 +62,7 @@ _DONE = b""  # a seen id that was handled (no reply kept)
 
 
 class _Out:
-    __slots__ = ("msg", "item", "node", "next_try", "backoff", "expires", "done", "request")
+    __slots__ = ("msg", "item", "node", "next_try", "backoff", "expires", "done", "request", "overdue")
 
     def __init__(self, msg: Message, item: bytes, node: str | None, next_try: float, expires: float,
                  request: bool) -> None:
@@ -64,6 +74,10 @@ class _Out:
         self.expires = expires
         self.done = False
         self.request = request
+        self.overdue = False  # past its ttl while a live node holds it
+
+    def due(self) -> float:
+        return self.next_try if self.overdue else min(self.next_try, self.expires)
 
 
 class Reliable:
@@ -76,6 +90,7 @@ class Reliable:
         self.seen: dict[str, Any] = {}
         self._reply_bytes = 0
         self.acks: dict[str, list[str]] = {}  # node id -> ids handled, sent at the next flush
+        self.declines: dict[str, list[str]] = {}  # node id -> ids not taken, sent at the next flush
 
     # -- sending -----------------------------------------------------------
 
@@ -89,7 +104,7 @@ class Reliable:
         if msg.ttl is not None:
             expires = min(expires, now + msg.ttl - max(0.0, self.e.config.wall_clock() - msg.timestamp))
         request = bool(msg.correlation_id)
-        entry = _Out(msg, item, node, now + RETRY_FIRST, expires, request)
+        entry = _Out(msg, item, node, now + RETRY_HELD, expires, request)
         self.out[msg.id] = entry
         self._push(entry)
         if self.store is not None and not request:
@@ -97,7 +112,7 @@ class Reliable:
 
     def _push(self, entry: _Out) -> None:
         self._seq += 1
-        when = min(entry.next_try, entry.expires)
+        when = entry.due()
         heapq.heappush(self._heap, (when, self._seq, entry))
         self.e.note_deadline(when)
 
@@ -114,6 +129,20 @@ class Reliable:
                     store.delete_outbox(msg_id)
         if not out:
             self.e.out((ACKED,))
+
+    def declined(self, node: str, ids: list[str]) -> None:
+        """``node`` did not take these (full inbox, agent not there): try again soon."""
+        now = self.e.now
+        for msg_id in ids:
+            entry = self.out.get(msg_id)
+            if entry is None or entry.node != node:
+                continue
+            if entry.overdue:
+                self._expire(entry)
+                continue
+            entry.next_try = now + entry.backoff
+            entry.backoff = min(entry.backoff * 2, RETRY_MAX)
+            self._push(entry)
 
     def settle(self, msg_id: str) -> None:
         """A request's reply arrived (or the requester gave up): stop retrying it."""
@@ -143,12 +172,15 @@ class Reliable:
         heap = self._heap
         while heap and heap[0][0] <= now + 1e-9:
             when, _, entry = heapq.heappop(heap)
-            if entry.done or when != min(entry.next_try, entry.expires):
+            if entry.done or when != entry.due():
                 continue  # settled, or superseded by a later push
-            if now >= entry.expires - 1e-9:
-                self._expire(entry)
-            else:
-                self._retry(entry, now)
+            held = entry.node is not None and (entry.node == LOCAL or entry.node in self.e.members.peers)
+            if entry.overdue or now >= entry.expires - 1e-9:
+                if not held:
+                    self._expire(entry)  # nobody holds it: it was never taken
+                    continue
+                entry.overdue = True  # its holder will handle it or find it expired
+            self._retry(entry, now)
 
     def next_deadline(self) -> float:
         heap = self._heap
@@ -184,8 +216,7 @@ class Reliable:
             if entry.request:
                 e.requests.moved(msg, route if route != LOCAL else e.node_id)
             e.stats["retransmits"] += 1
-            entry.next_try = now + entry.backoff
-            entry.backoff = min(entry.backoff * 2, RETRY_MAX)
+            entry.next_try = now + RETRY_HELD
         self._push(entry)
 
     def close(self) -> None:
@@ -241,10 +272,19 @@ class Reliable:
                 self._ack(origin, msg.id)
         return False
 
-    def forget(self, msg_id: str) -> None:
-        """The message was dropped before its handler ran: take its retransmission."""
+    def forget(self, origin: str, msg_id: str) -> None:
+        """The message was dropped before its handler ran: tell its sender to
+        send it again (DECLINED), and take that retransmission."""
         if self.seen.get(msg_id) is _RUNNING:
             del self.seen[msg_id]
+        if origin == LOCAL:
+            self.declined(LOCAL, [msg_id])
+            return
+        ids = self.declines.get(origin)
+        if ids is None:
+            self.declines[origin] = [msg_id]
+        else:
+            ids.append(msg_id)
 
     def done(self, origin: str, msg: Message, reply: bytes = _DONE) -> None:
         """The handler of ``msg`` (qos >= 1) finished; ``reply``: the encoded reply of a request."""
@@ -274,10 +314,14 @@ class Reliable:
             ids.append(msg_id)
 
     def flush_acks(self) -> None:
-        acks, self.acks = self.acks, {}
-        for node, ids in acks.items():
-            if node in self.e.members.peers:
-                self.e.enqueue(node, codec.encode_control(codec.Handled(tuple(ids))))
+        """Queue the HANDLED and DECLINED items gathered since the last flush."""
+        peers = self.e.members.peers
+        for kind, pending in ((codec.Handled, self.acks), (codec.Declined, self.declines)):
+            for node, ids in pending.items():
+                if node in peers:
+                    for i in range(0, len(ids), ACK_CHUNK):
+                        self.e.enqueue(node, codec.encode_control(kind(tuple(ids[i:i + ACK_CHUNK]))))
+            pending.clear()
 
     def _evict(self) -> None:
         """Forget the oldest handled ids until the window and the reply cache

@@ -72,8 +72,11 @@ class QosLog:
         self.handled_ids.add(msg.id)
 
     def owed(self, live: dict[str, SimNode]) -> int:
-        """Messages still to be handled that must be."""
-        return sum(1 for i, (s, t, _) in self.sent.items() if i not in self.handled_ids and s.alive and t in live)
+        """Messages still to be handled or acknowledged that must be (an
+        acknowledgement lost without a broken link waits for the slow resend)."""
+        unhandled = sum(1 for i, (s, t, _) in self.sent.items() if i not in self.handled_ids and s.alive and t in live)
+        unacked = sum(1 for n in live.values() for i in n.engine.reliable.out if i in self.sent and self.sent[i][1] in live)
+        return unhandled + unacked
 
     def check(self, live: dict[str, SimNode]) -> list[str]:
         out = [f"qos 1 message {i} handled {n} times by {node_uid}" for (i, node_uid), n in self.handlings.items() if n > 1]
