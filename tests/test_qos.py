@@ -430,3 +430,15 @@ async def test_a_message_held_past_its_ttl_is_settled_by_its_holder_not_expired_
         assert handler.seen == ["slow"]  # "late" expired when taken ...
         assert [(d.reason, d.message.payload) for d in n2.dead_letters] == [("expired", "late")]  # ... there
         assert list(n1.dead_letters) == [] and n1.stats()["qos_expired"] == 0
+
+
+async def test_settled_messages_are_not_kept_for_their_resend_time() -> None:
+    async with Mesh("inproc") as m:
+        n1, n2 = await m.node(), await m.node()
+        a, b = n1.agent("a"), n2.agent("b")
+        b.add_handler("t", lambda msg: None, inline=True)
+        await m.converged()
+        for i in range(5000):
+            await a.send("b", "t", i, qos=1)
+        assert await n1.wait_acked(timeout=10)
+        assert len(n1._engine.reliable._heap) <= 1025 + 4 * n1.stats()["unacked"]

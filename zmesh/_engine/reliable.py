@@ -113,7 +113,15 @@ class Reliable:
     def _push(self, entry: _Out) -> None:
         self._seq += 1
         when = entry.due()
-        heapq.heappush(self._heap, (when, self._seq, entry))
+        heap = self._heap
+        if len(heap) > 1024 and len(heap) > 4 * len(self.out):
+            # Settled entries wait in the heap until their due time (30 s on):
+            # at a high rate, drop them now so their messages are not kept alive.
+            heap[:] = [(e.due(), self._seq + i, e) for i, e in enumerate(self.out.values(), 1)]
+            self._seq += len(heap)
+            heapq.heapify(heap)
+        else:
+            heapq.heappush(heap, (when, self._seq, entry))
         self.e.note_deadline(when)
 
     def handled(self, node: str, ids: list[str]) -> None:
