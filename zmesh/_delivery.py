@@ -38,6 +38,7 @@ class Delivery:
         self._node = node
         self._dispatch = dispatch
         self._engine = dispatch._engine
+        self._driver = dispatch._driver
         self._clock = node.clock
         self.tasks = dispatch.tasks
         self.stats = dispatch.stats
@@ -141,6 +142,7 @@ class Delivery:
             inbox.pumping = False
         if inbox.slow and len(inbox) <= inbox.max_count // 2:
             inbox.slow = False  # caught up: the next drop is news again
+        self._driver.handler_ended()
 
     def _handler_done(self, result: Any, extra: tuple[Agent, Message, bool]) -> None:
         agent, msg, request = extra

@@ -148,8 +148,16 @@ class Flow:
 
     def _report(self, origin: str, agent: str, inn: _In) -> None:
         inn.reported = inn.taken
-        self.e.enqueue(origin, encode_control(Credit(agent, inn.taken)))
-        self.e.stats["credit_reports"] += 1
+        e = self.e
+        e.enqueue(origin, encode_control(Credit(agent, inn.taken)))
+        # It leaves now (with what was queued for that node before it), not
+        # when the batch of frames it was taken in ends: the sender refills
+        # its window while the rest of the batch is handled, and never idles
+        # waiting for a report that sits in a queue.
+        box = e._outbox.pop(origin, None)
+        if box is not None:
+            e._flush_one(origin, box[0])
+        e.stats["credit_reports"] += 1
 
     # -- departures --------------------------------------------------------
 
