@@ -96,7 +96,8 @@ class Delivery:
 
     def _start(self, agent: Agent, inbox: Inbox, entry: Entry) -> None:
         """Hand one message to its handler (or say why it cannot be)."""
-        self._taken(agent.id, entry)
+        if not entry.broadcast:  # self._taken, inline: once per message
+            self._engine.taken(entry.origin, agent.id)
         msg = entry.msg
         request = entry.request
         if msg.ttl is not None and msg.expired(self._clock.time()):
@@ -130,19 +131,22 @@ class Delivery:
         inbox.running -= 1
         if inbox.pumping:
             return  # an outer call is already taking from this inbox (inline handlers)
-        inbox.pumping = True
-        try:
-            while True:
-                entry = inbox.take()
-                agent = self._node._agents.get(agent_id)
-                if entry is None or agent is None:
-                    break
-                self._start(agent, inbox, entry)
-        finally:
-            inbox.pumping = False
+        if inbox.heap:  # something waits (nothing: the common case, costs nothing more)
+            inbox.pumping = True
+            try:
+                while True:
+                    entry = inbox.take()
+                    agent = self._node._agents.get(agent_id)
+                    if entry is None or agent is None:
+                        break
+                    self._start(agent, inbox, entry)
+            finally:
+                inbox.pumping = False
         if inbox.slow and len(inbox) <= inbox.max_count // 2:
             inbox.slow = False  # caught up: the next drop is news again
-        self._driver.handler_ended()
+        driver = self._driver
+        if not driver.in_drain:
+            driver.handler_ended()
 
     def _handler_done(self, result: Any, extra: tuple[Agent, Message, bool]) -> None:
         agent, msg, request = extra
