@@ -39,6 +39,7 @@ class Delivery:
         self._node = node
         self._dispatch = dispatch
         self._engine = dispatch._engine
+        self._driver = dispatch._driver
         self._clock = node.clock
         self.tasks = dispatch.tasks
         self.stats = dispatch.stats
@@ -96,7 +97,8 @@ class Delivery:
 
     def _start(self, agent: Agent, inbox: Inbox, entry: Entry) -> None:
         """Hand one message to its handler (or say why it cannot be)."""
-        self._taken(agent.id, entry)
+        if not entry.broadcast:  # self._taken, inline: once per message
+            self._engine.taken(entry.origin, agent.id)
         msg = entry.msg
         if msg.ttl is not None and msg.expired(self._clock.time()):
             self._settled(entry)  # retrying cannot help now
@@ -131,18 +133,22 @@ class Delivery:
         inbox.running -= 1
         if inbox.pumping:
             return  # an outer call is already taking from this inbox (inline handlers)
-        inbox.pumping = True
-        try:
-            while True:
-                entry = inbox.take()
-                agent = self._node._agents.get(agent_id)
-                if entry is None or agent is None:
-                    break
-                self._start(agent, inbox, entry)
-        finally:
-            inbox.pumping = False
+        if inbox.heap:  # something waits (nothing: the common case, costs nothing more)
+            inbox.pumping = True
+            try:
+                while True:
+                    entry = inbox.take()
+                    agent = self._node._agents.get(agent_id)
+                    if entry is None or agent is None:
+                        break
+                    self._start(agent, inbox, entry)
+            finally:
+                inbox.pumping = False
         if inbox.slow and len(inbox) <= inbox.max_count // 2:
             inbox.slow = False  # caught up: the next drop is news again
+        driver = self._driver
+        if not driver.in_drain:
+            driver.handler_ended()
 
     def _handler_done(self, result: Any, extra: tuple[Agent, Entry]) -> None:
         agent, entry = extra

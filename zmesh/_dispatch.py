@@ -99,9 +99,11 @@ class Dispatch:
             (timeout.__class__ is not float and timeout.__class__ is not int) or not timeout >= 0
         ):
             raise InvalidMessage(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
-        started = self._driver.now()
+        now = self._driver.now
+        started = now() if self._observers else 0.0  # only a receipt or a wait needs it
         route = self._engine.admit(msg.target)
         if not route:
+            started = started or now()
             if route is None:
                 raise self._not_found(msg, kind, started, dead_letter)
             route = await self._wait_credit(msg, kind, started, None if timeout is None else started + timeout)
@@ -109,8 +111,8 @@ class Dispatch:
         self._driver.pump()
         if self._observers:
             self.receipt(kind, "success", started, msg)
-        self._sends += 1
-        if self._sends % YIELD_EVERY == 0:
+        sends = self._sends = self._sends + 1
+        if not sends % YIELD_EVERY:
             await asyncio.sleep(0)
 
     async def _wait_credit(self, msg: Message, kind: str, started: float, deadline: float | None) -> str:

@@ -87,6 +87,7 @@ class Driver:
             effects, engine.effects = engine.effects, []
             links, dispatch = self._links, self.dispatch
             assert dispatch is not None
+            deliver = dispatch.delivery.deliver  # one call per message, not two
             for effect in effects:
                 op = effect[0]
                 if op == _SEND:
@@ -94,7 +95,7 @@ class Driver:
                     if link is not None:
                         link.send(effect[2])
                 elif op == _DELIVER:
-                    dispatch.deliver(effect[1], effect[2], effect[3], effect[4], effect[5])
+                    deliver(effect[1], effect[2], effect[3], effect[4], effect[5])
                 elif op == _REPLIED:
                     dispatch.resolved(effect[1], effect[2], None)
                 elif op == _FAILED:
@@ -110,6 +111,15 @@ class Driver:
                 self._timer.cancel()
             self._timer_at = engine.earliest
             self._timer = self.clock.call_later(max(0.0, engine.earliest - self.clock.monotonic()), self._on_timer)
+
+    def handler_ended(self) -> None:
+        """A handler ended (and the next ones started) outside a drain: carry
+        out what that asked of the engine, such as a credit report to a
+        blocked sender or waking a local one, instead of leaving it for the
+        next unrelated pump."""
+        engine = self.engine
+        if not self.in_drain and (engine.effects or (engine.has_queued and not self._flush_scheduled)):
+            self.pump()
 
     def _rare_effect(self, op: int, effect: tuple[Any, ...]) -> None:
         if op == fx.PUBLISH:
@@ -167,18 +177,26 @@ class Driver:
 
     # -- transport callbacks (TransportHost) -------------------------------
 
-    # A drain feeds frames in a batch; what they cause (handlers to run,
-    # replies to send) is carried out once, when the batch ends.
+    # A drain feeds frames in a batch. What each frame causes (handlers to
+    # run) is carried out as it arrives, so a credit report (which leaves at
+    # once) reaches a waiting sender while the rest of the batch is handled;
+    # what handlers send (replies) leaves once, when the batch ends.
 
     def on_direct_frame(self, key: str, frame: bytes) -> None:
         self.in_drain = True
-        self.engine.hold = True
-        self.engine.receive_direct(key, frame, self.now())
+        engine = self.engine
+        engine.hold = True
+        engine.receive_direct(key, frame, self.now())
+        if engine.effects:
+            self.pump()
 
     def on_pub_frame(self, frame: bytes) -> None:
         self.in_drain = True
-        self.engine.hold = True
-        self.engine.receive_published(frame, self.now())
+        engine = self.engine
+        engine.hold = True
+        engine.receive_published(frame, self.now())
+        if engine.effects:
+            self.pump()
 
     def on_drained(self) -> None:
         """After a batch of frames: run what they caused, then send, one frame per peer."""

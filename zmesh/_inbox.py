@@ -37,7 +37,7 @@ class Entry:
 
 class Inbox:
     __slots__ = ("concurrency", "max_count", "max_bytes", "running", "bytes", "broadcasts", "pumping", "slow",
-                 "_heap", "_seq")
+                 "heap", "_seq")
 
     def __init__(self, concurrency: int, max_count: int, max_bytes: int) -> None:
         self.concurrency = concurrency
@@ -48,43 +48,44 @@ class Inbox:
         self.broadcasts = 0
         self.pumping = False  # handlers are being started from it (inline ones end inside)
         self.slow = False  # dropping broadcasts right now (an event went out)
-        self._heap: list[tuple[int, int, Entry]] = []
+        #: What waits, as a heap of (priority, arrival, entry); others only test it for emptiness.
+        self.heap: list[tuple[int, int, Entry]] = []
         self._seq = itertools.count()
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self.heap)
 
     def may_start(self) -> bool:
         """Can a new message's handler start now, jumping no queue?"""
-        return self.running < self.concurrency and not self._heap
+        return self.running < self.concurrency and not self.heap
 
     def fits(self, size: int, broadcast: bool = False) -> bool:
         """Room for one more? Broadcasts (uncredited) may take at most half
         the inbox, so they never crowd out direct messages senders wait for."""
-        if len(self._heap) >= self.max_count:
+        if len(self.heap) >= self.max_count:
             return False
         if broadcast and self.broadcasts >= self.max_count // 2:
             return False
-        return self.bytes + size <= self.max_bytes or not self._heap  # one oversized message may wait alone
+        return self.bytes + size <= self.max_bytes or not self.heap  # one oversized message may wait alone
 
     def put(self, entry: Entry) -> None:
-        heapq.heappush(self._heap, (entry.msg.priority, next(self._seq), entry))
+        heapq.heappush(self.heap, (entry.msg.priority, next(self._seq), entry))
         self.bytes += entry.size
         self.broadcasts += entry.broadcast
 
     def take(self) -> Entry | None:
         """The next message to handle, if a handler may start now."""
-        if self.running >= self.concurrency or not self._heap:
+        if self.running >= self.concurrency or not self.heap:
             return None
-        entry = heapq.heappop(self._heap)[2]
+        entry = heapq.heappop(self.heap)[2]
         self.bytes -= entry.size
         self.broadcasts -= entry.broadcast
         return entry
 
     def drain(self) -> list[Entry]:
         """Everything still waiting, emptied out (the agent left)."""
-        entries = [item[2] for item in sorted(self._heap)]
-        self._heap.clear()
+        entries = [item[2] for item in sorted(self.heap)]
+        self.heap.clear()
         self.bytes = 0
         self.broadcasts = 0
         return entries

@@ -192,6 +192,9 @@ def run_handler(
     except BaseException as exc:  # a plain handler: contained like a coroutine's
         failed(exc, extra)
         return
+    if result is None:  # _finish's first case, without the call (one per message)
+        done(result, extra)
+        return
     _finish(result, done, failed, extra, tasks)
 
 

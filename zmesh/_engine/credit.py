@@ -8,8 +8,13 @@ cumulative total in a CREDIT item whenever half a window has been taken
 since its last report, so a steady stream costs one small item per
 ``window / 2`` messages. A sender whose window closes says so once (a
 BLOCKED item with its cumulative sent count); the receiver then reports
-what it took at once and after every further message until it has caught
-up, so a blocked sender never waits on a threshold it cannot reach.
+what it took at once, and until it has reported up to that count, again
+whenever half of what is still unreported of it has been taken. The steps
+halve down to a single message, so a blocked sender never waits on a
+threshold it cannot reach (its byte window may close long before half a
+window of messages), yet a sender that is simply faster than its
+receiver, blocked again and again, costs a few reports per window rather
+than one per message.
 
 Totals are cumulative, so a lost or repeated report heals with the next
 one; they are kept per incarnation and forgotten when the peer leaves.
@@ -128,7 +133,8 @@ class Flow:
         if inn is None:
             inn = self.inn[key] = _In()
         inn.taken += 1
-        if inn.taken - inn.reported >= self.half or inn.wanted > inn.reported:
+        unreported = inn.taken - inn.reported
+        if unreported >= self.half or (inn.wanted > inn.reported and 2 * unreported >= inn.wanted - inn.reported):
             self._report(origin, agent, inn)
 
     def on_blocked(self, origin: str, agent: str, sent: int) -> None:
@@ -142,8 +148,16 @@ class Flow:
 
     def _report(self, origin: str, agent: str, inn: _In) -> None:
         inn.reported = inn.taken
-        self.e.enqueue(origin, encode_control(Credit(agent, inn.taken)))
-        self.e.stats["credit_reports"] += 1
+        e = self.e
+        e.enqueue(origin, encode_control(Credit(agent, inn.taken)))
+        # It leaves now (with what was queued for that node before it), not
+        # when the batch of frames it was taken in ends: the sender refills
+        # its window while the rest of the batch is handled, and never idles
+        # waiting for a report that sits in a queue.
+        box = e._outbox.pop(origin, None)
+        if box is not None:
+            e._flush_one(origin, box[0])
+        e.stats["credit_reports"] += 1
 
     # -- departures --------------------------------------------------------
 
