@@ -442,3 +442,27 @@ async def test_settled_messages_are_not_kept_for_their_resend_time() -> None:
             await a.send("b", "t", i, qos=1)
         assert await n1.wait_acked(timeout=10)
         assert len(n1._engine.reliable._heap) <= 1025 + 4 * n1.stats()["unacked"]
+
+
+async def test_a_qos1_ttl_counts_from_the_send_not_from_the_clocks_origin() -> None:
+    clock = FakeClock()
+    async with Mesh("inproc", clock=clock) as m:
+        n1, n2 = await m.node(), await m.node()
+        a, b = n1.agent("a"), n2.agent("b")
+        b.add_handler("t", Recorder())
+        await m.converged()
+        clock.advance(1000.0)  # long after the node started
+        await n2.close()
+        await wait_for(lambda: n1.registry.node_of("b") is None)
+        n3 = await m.node()
+        n3.agent("b").add_handler("t", Recorder(hold=True))
+        await m.converged()
+        await a.send("b", "t", "x", qos=1, ttl=60.0)
+        await n3.close()  # nobody holds it now
+        await wait_for(lambda: n1.registry.node_of("b") is None)
+        clock.advance(30.0)
+        await asyncio.sleep(0.05)
+        assert n1.stats()["unacked"] == 1 and list(n1.dead_letters) == []  # half its ttl: still kept
+        clock.advance(31.0)
+        assert await n1.wait_acked(timeout=5)
+        assert [d.reason for d in n1.dead_letters] == ["expired"]

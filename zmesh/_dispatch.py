@@ -107,7 +107,7 @@ class Dispatch:
             if route is None:
                 raise self._not_found(msg, kind, started, dead_letter)
             route = await self._wait_credit(msg, kind, started, None if timeout is None else started + timeout)
-        self._engine.send(msg, route, started)
+        self._engine.send(msg, route, started or (now() if msg.qos else None))  # qos >= 1 keeps time
         self._driver.pump()
         if self._observers:
             self.receipt(kind, "success", started, msg)

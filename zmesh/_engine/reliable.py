@@ -307,7 +307,11 @@ class Reliable:
         if self._reply_bytes > REPLY_CACHE_BYTES or len(seen) > DEDUP_WINDOW:
             self._evict()
         if msg.qos >= 2 and self.store is not None:
+            # Written now, not at the next flush: a crash between the handler's
+            # return and this commit is the one window in which a restarted
+            # node would run the handler again.
             self.store.put_seen(msg.id)
+            self.e._commit(self.store)
         if not reply:
             self._ack(origin, msg.id)
 
