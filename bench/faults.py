@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import platform
 import re
 import shutil
@@ -292,6 +293,10 @@ def run_one(lab: NetnsLab, scenario: str, qos: int, params: Params,
             if fired is None and sent() >= fault_at and scenario in ("kill", "cut", "blocked"):
                 fired = now
                 if scenario == "kill":
+                    # This loop wakes on the children's output, so a kill right now would
+                    # land just after the receiver wrote a handled line, in the ~0.1 ms
+                    # before its node records the message as handled: not a random moment.
+                    time.sleep(random.uniform(0.0, 1.0 / params.rate))
                     victim = receivers[-1]
                     pid = victim.last("start")
                     os.kill(int(pid["pid"]) if pid else victim.child.proc.pid, signal.SIGKILL)
