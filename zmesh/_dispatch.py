@@ -42,7 +42,7 @@ Key = tuple[str, str]
 
 #: ``await send()`` lets the loop run once per this many sends, so a send
 #: loop never starves the node (draining, replies, timers) it runs on.
-YIELD_EVERY = 64
+YIELD_EVERY = 256
 
 
 class AgentPort:
@@ -100,20 +100,28 @@ class Dispatch:
         ):
             raise InvalidMessage(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
         now = self._driver.now
-        started = now() if self._observers else 0.0  # only a receipt or a wait needs it
-        route = self._engine.admit(msg.target)
+        started = now() if (self._observers or msg.qos) else 0.0  # only a receipt, a wait or qos needs it
+        route = self._engine.send_if_open(msg, started)
         if not route:
             started = started or now()
             if route is None:
                 raise self._not_found(msg, kind, started, dead_letter)
             route = await self._wait_credit(msg, kind, started, None if timeout is None else started + timeout)
-        self._engine.send(msg, route, started or (now() if msg.qos else None))  # qos >= 1 keeps time
-        self._driver.pump()
+            self._engine.send(msg, route, started)
+        driver = self._driver
+        if self._engine.effects or not driver._flush_scheduled:
+            driver.pump()
         if self._observers:
             self.receipt(kind, "success", started, msg)
         sends = self._sends = self._sends + 1
         if not sends % YIELD_EVERY:
+            # A send loop: what it queued leaves now as one frame, and the
+            # next message waits to be batched with those after it (the
+            # first message after a flush otherwise leaves alone).
+            self._engine.flush()
+            self._driver.pump()
             await asyncio.sleep(0)
+            self._engine.hold = True
 
     async def _wait_credit(self, msg: Message, kind: str, started: float, deadline: float | None) -> str:
         """Wait until ``msg.target`` may take one more message from us; return its route.

@@ -293,6 +293,19 @@ class Engine(Outbound):
             return None
         return route if self.flow.is_open(route, target) else ""
 
+    def send_if_open(self, msg: Message, now: float) -> str | None:
+        """:meth:`admit` and :meth:`send` in one call (the send loop's path):
+        the route ``msg`` went by; "" when its window is closed (nothing
+        sent); None when no node hosts its target."""
+        target = msg.target
+        route = LOCAL if target in self.agents else self.route(target)
+        if route is None:
+            return None
+        if not self.flow.is_open(route, target):
+            return ""
+        self.send(msg, route, now)
+        return route
+
     def taken(self, origin: str, agent: str) -> None:
         """A message from ``origin`` (a node id, or LOCAL) left ``agent``'s inbox."""
         if not self.closed:
