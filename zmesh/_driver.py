@@ -106,11 +106,18 @@ class Driver:
             self._flush_scheduled = True
             engine.hold = True
             self.loop.call_soon(self._flush)
-        if engine.earliest < self._timer_at and self.running:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer_at = engine.earliest
-            self._timer = self.clock.call_later(max(0.0, engine.earliest - self.clock.monotonic()), self._on_timer)
+        if engine.earliest < self._timer_at:
+            self._arm()
+
+    def _arm(self) -> None:
+        """The engine's next deadline moved earlier: move the timer."""
+        if not self.running:
+            return
+        engine = self.engine
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = engine.earliest
+        self._timer = self.clock.call_later(max(0.0, engine.earliest - self.clock.monotonic()), self._on_timer)
 
     def handler_ended(self) -> None:
         """A handler ended (and the next ones started) outside a drain: carry
@@ -208,6 +215,8 @@ class Driver:
             engine.flush()
             if engine.effects:
                 self.pump()
+        if engine.earliest < self._timer_at:
+            self._arm()  # input that set a timer without any effect (a DECLINED, say)
 
     def on_subscriber_ready(self, key: str) -> None:
         self.engine.subscriber_ready(key, self.clock.monotonic())
