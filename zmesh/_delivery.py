@@ -64,7 +64,7 @@ class Delivery:
     def deliver(self, agent_id: str, msg: Message, broadcast: bool, origin: str, size: int) -> None:
         inbox = self.inboxes.get(agent_id)
         agent = self._node._agents.get(agent_id)
-        entry = Entry(msg, broadcast, origin, size)
+        entry = Entry(msg, broadcast, origin, size, not broadcast and msg.correlation_id != "")
         if agent is None or inbox is None:
             self._taken(agent_id, entry)
             why = f"agent {agent_id!r} left node {self._node.id!r}"
@@ -115,7 +115,11 @@ class Delivery:
             return
         self.stats["handled"] += 1
         inbox.running += 1
-        self._run(found[0], msg, found[1], self._handler_done, (agent, entry))
+        token = trace_var.set(msg.trace_id)  # self._run, inline: once per message
+        try:
+            run_handler(found[0], msg, self._handler_done, self._handler_failed, self.tasks, (agent, entry), found[1])
+        finally:
+            trace_var.reset(token)
 
     def _run(self, handler: Callable[..., Any], arg: Any, mode: str, done: Callable[[Any, Any], None],
              extra: tuple[Agent, Entry]) -> None:

@@ -28,11 +28,8 @@ class Entry:
     broadcast: bool
     origin: str  # the sender's node (or LOCAL); "" for a broadcast
     size: int
-
-    @property
-    def request(self) -> bool:
-        """Does someone wait for an answer (a direct message with a correlation id)?"""
-        return bool(self.msg.correlation_id) and not self.broadcast
+    #: Does someone wait for an answer (a direct message with a correlation id)?
+    request: bool
 
 
 class Inbox:
