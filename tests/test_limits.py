@@ -94,7 +94,8 @@ async def test_a_payload_with_tuple_keys_fails_at_the_caller(transport: str) -> 
         await a.send("b", "stats.put", {"point": (1, 2)})  # tuples as values are fine
         await wait_for(lambda: got, what="the good message")
         assert got == [{"point": [1, 2]}]
-        assert n1.stats()["dropped_total"] == n2.stats()["dropped_total"] == 0
+        assert n1.stats()["dropped_total"] == 0  # nothing bad went on the wire
+        assert n2.stats()["dropped"] == {"unencodable_reply": 1}  # the handler's result, said at the worker
 
 
 async def test_one_undecodable_request_in_a_frame_costs_only_itself(
@@ -174,3 +175,17 @@ async def test_a_reply_too_big_for_a_request_near_the_limit_still_fails_fast(tra
                 break
         else:
             raise AssertionError("no trace id size fit")
+
+
+async def test_a_result_that_cannot_travel_is_counted_and_dead_lettered_at_the_worker(transport: str) -> None:
+    async with Mesh(transport) as m:
+        n1, n2 = await m.node(), await m.node()
+        a, b = n1.agent("a"), n2.agent("b")
+        b.add_handler("answer", lambda msg: {"ids": {1, 2}})  # a set: msgpack cannot carry it
+        await m.converged()
+        with pytest.raises(zmesh.HandlerError) as info:
+            await a.request("b", "answer", timeout=10)
+        assert info.value.remote_type == "InvalidMessage"
+        assert n2.stats()["dropped"].get("unencodable_reply") == 1
+        [letter] = list(n2.dead_letters)
+        assert letter.reason == "handler_error" and "cannot be sent" in letter.detail

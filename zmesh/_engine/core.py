@@ -365,7 +365,13 @@ class Engine(Outbound):
         try:
             item = self.encode(reply, route)
         except InvalidMessage as exc:
-            # The handler's result cannot travel: tell the requester instead.
+            # The handler's result cannot travel: say so here (counted, logged
+            # once, dead-lettered) and tell the requester instead.
+            self.drop("unencodable_reply", reply.sender, str(exc)[:200])
+            self.effects.append((DEAD, Message(reply.type, reply.sender, reply.target, reply.topic, None,
+                                               reply.correlation_id, "", reply.priority, reply.qos, None,
+                                               reply.timestamp, reply.trace_id, "error", reply.id),
+                                 "handler_error", f"its result cannot be sent: {exc}", reply.target))
             reply.status = "error"
             reply.payload = {"type": "InvalidMessage", "message": str(exc)[:512]}
             try:
