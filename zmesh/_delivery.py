@@ -69,7 +69,7 @@ class Delivery:
             self._taken(agent_id, entry)
             why = f"agent {agent_id!r} left node {self._node.id!r}"
             self._undeliverable(entry, "not_found", why, agent_id)
-        elif inbox.may_start():
+        elif inbox.running < inbox.concurrency and not inbox.heap:  # inbox.may_start(), inline
             self._start(agent, inbox, entry)
         elif inbox.fits(size, broadcast):
             inbox.put(entry)
@@ -97,8 +97,8 @@ class Delivery:
 
     def _start(self, agent: Agent, inbox: Inbox, entry: Entry) -> None:
         """Hand one message to its handler (or say why it cannot be)."""
-        if not entry.broadcast:  # self._taken, inline: once per message
-            self._engine.taken(entry.origin, agent.id)
+        if not entry.broadcast and not self._engine.closed:  # self._taken, inline: once per message
+            self._engine.flow.taken(entry.origin, agent.id)
         msg = entry.msg
         if msg.ttl is not None and msg.expired(self._clock.time()):
             self._settled(entry)  # retrying cannot help now
@@ -107,7 +107,7 @@ class Delivery:
         if entry.request and msg.topic == HANDOFF_TOPIC and msg.type == "task":
             self._offer_handoff(agent, inbox, entry)
             return
-        found = agent.handler_entry(msg.topic)
+        found = agent._handlers.get(msg.topic) or agent.handler_entry(msg.topic)  # exact topics first
         if found is None:
             self._settled(entry)
             why = f"agent {agent.id!r} has no handler for {msg.topic!r}"

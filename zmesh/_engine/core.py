@@ -297,13 +297,21 @@ class Engine(Outbound):
         """:meth:`admit` and :meth:`send` in one call (the send loop's path):
         the route ``msg`` went by; "" when its window is closed (nothing
         sent); None when no node hosts its target."""
+        if self.closed:
+            raise NodeClosed(f"node {self.node_id!r} is closed")
         target = msg.target
         route = LOCAL if target in self.agents else self.route(target)
         if route is None:
             return None
-        if not self.flow.is_open(route, target):
+        flow = self.flow
+        if not flow.is_open(route, target):
             return ""
-        self.send(msg, route, now)
+        item = self.encode(msg, route)  # the rest is send(), inline: once per message
+        if msg.qos:
+            self.reliable.track(msg, item, route, now)
+        flow.sent(route, target, len(item))
+        self.enqueue(route, item)
+        self.stats["messages_sent"] += 1
         return route
 
     def taken(self, origin: str, agent: str) -> None:
