@@ -80,3 +80,9 @@ async def test_no_mesh_to_join_is_a_clear_error() -> None:
     code, out, err = await _zmesh("peers", "--mesh", "nobody-here", "--seed", "tcp://127.0.0.1:1", "--wait", "0.5")
     assert code == 1
     assert "no member of mesh 'nobody-here' answered" in err
+
+
+async def test_version_prints_the_package_version() -> None:
+    code, out, _ = await _zmesh("--version")
+    assert code == 0
+    assert out.strip() == f"zmesh {zmesh.__version__}"

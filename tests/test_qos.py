@@ -466,3 +466,13 @@ async def test_a_qos1_ttl_counts_from_the_send_not_from_the_clocks_origin() -> N
         clock.advance(31.0)
         assert await n1.wait_acked(timeout=5)
         assert [d.reason for d in n1.dead_letters] == ["expired"]
+
+
+async def test_a_timeout_says_how_long_it_waited() -> None:
+    async with Mesh("inproc") as m:
+        n1, n2 = await m.node(), await m.node()
+        a, b = n1.agent("a"), n2.agent("b")
+        b.add_handler("t", Recorder(hold=True))
+        await m.converged()
+        with pytest.raises(zmesh.Timeout, match=r"within 0\.25 s"):
+            await a.request("b", "t", timeout=0.25)

@@ -20,6 +20,7 @@ import signal
 import sys
 from typing import Any, Sequence
 
+from . import __version__
 from .errors import ZmeshError
 from .message import Message
 from .node import Node
@@ -49,6 +50,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zmesh", description="A brokerless peer mesh for AI agents.")
+    parser.add_argument("--version", action="version", version=f"zmesh {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="run the local three-process demo")
     peers = sub.add_parser("peers", help="show the mesh registry")

@@ -354,7 +354,7 @@ class Engine(Outbound):
         if key in self.requests.pending:
             raise InvalidMessage(f"a request with correlation id {msg.correlation_id!r} is already pending")
         item = self.encode(msg, route)
-        self.requests.add(msg, self.node_id if route == LOCAL else route, deadline)
+        self.requests.add(msg, self.node_id if route == LOCAL else route, deadline, deadline - now)
         if deadline < self.earliest:
             self.earliest = deadline
         if msg.qos:

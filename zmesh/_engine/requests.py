@@ -27,6 +27,7 @@ class Pending:
     node_id: str  # the node the request went to
     deadline: float
     message: Message
+    timeout: float = 0.0  # how long the caller gave it (for the error text)
     done: bool = False
 
 
@@ -60,9 +61,9 @@ class Requests:
         if pending is not None:
             pending.node_id = node_id
 
-    def add(self, msg: Message, node_id: str, deadline: float) -> Key:
+    def add(self, msg: Message, node_id: str, deadline: float, timeout: float = 0.0) -> Key:
         key = (msg.reply_to, msg.correlation_id)
-        pending = Pending(key, node_id, deadline, msg)
+        pending = Pending(key, node_id, deadline, msg, timeout)
         self.pending[key] = pending
         heap = self._heap
         if len(heap) > 1024 and len(heap) > 4 * len(self.pending):
@@ -117,7 +118,8 @@ class Requests:
             if msg.qos:
                 self._settle(msg.id)
             self._emit(
-                (FAILED, pending.key, Timeout(f"no reply from {msg.target!r} to {msg.topic!r} within the timeout"))
+                (FAILED, pending.key,
+                 Timeout(f"no reply from {msg.target!r} to {msg.topic!r} within {pending.timeout:.3g} s"))
             )
         while heap and heap[0][2].done:
             heapq.heappop(heap)
