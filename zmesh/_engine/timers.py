@@ -24,7 +24,8 @@ def tick(members: Members, now: float) -> None:
     e = members.e
     config = e.liveness
     if config is not None:
-        if members.last_tick is not None and now - members.last_tick > config.evasive_after:
+        woke = members.last_tick is not None and now - members.last_tick > config.evasive_after
+        if woke:
             # Our own loop was stalled (ticks come every heartbeat/2): what the
             # peers sent meanwhile is still unread in our socket. Time we could
             # not watch does not count as their silence.
@@ -35,6 +36,10 @@ def tick(members: Members, now: float) -> None:
         beat = False
         for peer in list(members.peers.values()):
             silence = now - peer.last_heard
+            if woke:
+                # Judge nobody on the tick that finds us just woken: what they
+                # sent is still unread, and the next tick comes after it is read.
+                silence = 0.0
             if silence >= config.expire_after:
                 members.remove(peer, "silent", "expired", now)
                 continue
