@@ -24,12 +24,13 @@ def tick(members: Members, now: float) -> None:
     e = members.e
     config = e.liveness
     if config is not None:
-        woke = members.last_tick is not None and now - members.last_tick > config.evasive_after
-        if woke:
+        last = members.last_tick
+        woke = last is not None and now - last > config.evasive_after
+        if last is not None and woke:
             # Our own loop was stalled (ticks come every heartbeat/2): what the
             # peers sent meanwhile is still unread in our socket. Time we could
             # not watch does not count as their silence.
-            blind = now - members.last_tick - config.heartbeat / 2
+            blind = now - last - config.heartbeat / 2
             for peer in members.peers.values():
                 peer.last_heard = min(now, peer.last_heard + blind)
         members.last_tick = now
