@@ -107,7 +107,7 @@ class Delivery:
         if entry.request and msg.topic == HANDOFF_TOPIC and msg.type == "task":
             self._offer_handoff(agent, inbox, entry)
             return
-        found = agent._handlers.get(msg.topic) or agent.handler_entry(msg.topic)  # exact topics first
+        found = agent.handler_entry(msg.topic)
         if found is None:
             self._settled(entry)
             why = f"agent {agent.id!r} has no handler for {msg.topic!r}"

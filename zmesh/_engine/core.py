@@ -303,15 +303,9 @@ class Engine(Outbound):
         route = LOCAL if target in self.agents else self.route(target)
         if route is None:
             return None
-        flow = self.flow
-        if not flow.is_open(route, target):
+        if not self.flow.is_open(route, target):
             return ""
-        item = self.encode(msg, route)  # the rest is send(), inline: once per message
-        if msg.qos:
-            self.reliable.track(msg, item, route, now)
-        flow.sent(route, target, len(item))
-        self.enqueue(route, item)
-        self.stats["messages_sent"] += 1
+        self._send_routed(msg, route, now)
         return route
 
     def taken(self, origin: str, agent: str) -> None:
@@ -332,13 +326,16 @@ class Engine(Outbound):
             route = self.route(msg.target)
             if route is None:
                 return False
+        self._send_routed(msg, route, self._now if now is None else now)
+        return True
+
+    def _send_routed(self, msg: Message, route: str, now: float) -> None:
         item = self.encode(msg, route)
         if msg.qos:
-            self.reliable.track(msg, item, route, self._now if now is None else now)
+            self.reliable.track(msg, item, route, now)
         self.flow.sent(route, msg.target, len(item))
         self.enqueue(route, item)
         self.stats["messages_sent"] += 1
-        return True
 
     def request(self, msg: Message, deadline: float, now: float, route: str | None = None) -> Key | None:
         """Send a request and track its reply until ``deadline``; None when

@@ -100,15 +100,28 @@ class Reliable:
 
     def track(self, msg: Message, item: bytes, node: str, now: float, deadline: float = math.inf) -> None:
         """``msg`` (qos >= 1) went to ``node``: keep it until it is acknowledged."""
-        expires = deadline
-        if msg.ttl is not None:
-            expires = min(expires, now + msg.ttl - max(0.0, self.e.config.wall_clock() - msg.timestamp))
         request = bool(msg.correlation_id)
-        entry = _Out(msg, item, node, now + RETRY_HELD, expires, request)
+        entry = _Out(msg, item, node, now + RETRY_HELD, min(deadline, self._expires(msg, now)), request)
         self.out[msg.id] = entry
         self._push(entry)
         if self.store is not None and not request:
             self.store.put_outbox(msg.id, item)
+
+    def _expires(self, msg: Message, now: float) -> float:
+        """When ``msg``'s ttl runs out, on the engine's clock (it counts from the
+        sender's wall-clock timestamp)."""
+        if msg.ttl is None:
+            return math.inf
+        return now + msg.ttl - max(0.0, self.e.config.wall_clock() - msg.timestamp)
+
+    def _settled(self, entry: _Out) -> None:
+        """``entry`` is done with (acknowledged, answered or expired): forget it."""
+        del self.out[entry.msg.id]
+        entry.done = True
+        if self.store is not None and not entry.request:
+            self.store.delete_outbox(entry.msg.id)
+        if not self.out:
+            self.e.out((ACKED,))
 
     def _push(self, entry: _Out) -> None:
         self._seq += 1
@@ -126,17 +139,10 @@ class Reliable:
 
     def handled(self, node: str, ids: list[str]) -> None:
         """``node`` says it handled these messages."""
-        out = self.out
-        store = self.store
         for msg_id in ids:
-            entry = out.get(msg_id)
+            entry = self.out.get(msg_id)
             if entry is not None and (entry.node == node or entry.node is None or node == LOCAL):
-                del out[msg_id]
-                entry.done = True
-                if store is not None and not entry.request:
-                    store.delete_outbox(msg_id)
-        if not out:
-            self.e.out((ACKED,))
+                self._settled(entry)
 
     def declined(self, node: str, ids: list[str]) -> None:
         """``node`` did not take these (full inbox, agent not there): try again soon."""
@@ -154,11 +160,9 @@ class Reliable:
 
     def settle(self, msg_id: str) -> None:
         """A request's reply arrived (or the requester gave up): stop retrying it."""
-        entry = self.out.pop(msg_id, None)
+        entry = self.out.get(msg_id)
         if entry is not None:
-            entry.done = True
-            if not self.out:
-                self.e.out((ACKED,))
+            self._settled(entry)
 
     def node_left(self, node: str) -> None:
         """What went to ``node`` is sent again once a node hosts its target."""
@@ -198,16 +202,10 @@ class Reliable:
 
     def _expire(self, entry: _Out) -> None:
         msg = entry.msg
-        del self.out[msg.id]
-        entry.done = True
-        if self.store is not None and not entry.request:
-            self.store.delete_outbox(msg.id)
         if not entry.request:  # a request times out on its own
             self.e.stats["qos_expired"] += 1
-            why = "not acknowledged within its ttl"
-            self.e.out((DEAD, msg, "expired", why, msg.target))
-        if not self.out:
-            self.e.out((ACKED,))
+            self.e.out((DEAD, msg, "expired", "not acknowledged within its ttl", msg.target))
+        self._settled(entry)
 
     def _retry(self, entry: _Out, now: float) -> None:
         e = self.e
@@ -253,9 +251,7 @@ class Reliable:
                 store.delete_outbox(msg_id)
                 self.e.drop("malformed", "store", f"outbox entry {msg_id!r}")
                 continue
-            entry = _Out(msg, item, None, now, math.inf, False)
-            if msg.ttl is not None:
-                entry.expires = now + msg.timestamp + msg.ttl - self.e.config.wall_clock()
+            entry = _Out(msg, item, None, now, self._expires(msg, now), False)
             self.out[msg.id] = entry
             self._push(entry)
 
@@ -287,12 +283,8 @@ class Reliable:
             del self.seen[msg_id]
         if origin == LOCAL:
             self.declined(LOCAL, [msg_id])
-            return
-        ids = self.declines.get(origin)
-        if ids is None:
-            self.declines[origin] = [msg_id]
         else:
-            ids.append(msg_id)
+            _note(self.declines, origin, msg_id)
 
     def done(self, origin: str, msg: Message, reply: bytes = _DONE) -> None:
         """The handler of ``msg`` (qos >= 1) finished; ``reply``: the encoded reply of a request."""
@@ -318,12 +310,8 @@ class Reliable:
     def _ack(self, origin: str, msg_id: str) -> None:
         if origin == LOCAL:
             self.handled(LOCAL, [msg_id])
-            return
-        ids = self.acks.get(origin)
-        if ids is None:
-            self.acks[origin] = [msg_id]
         else:
-            ids.append(msg_id)
+            _note(self.acks, origin, msg_id)
 
     def flush_acks(self) -> None:
         """Queue the HANDLED and DECLINED items gathered since the last flush."""
@@ -352,3 +340,12 @@ class Reliable:
         for msg_id in victims:
             del seen[msg_id]
         self._reply_bytes = size
+
+
+def _note(pending: dict[str, list[str]], node: str, msg_id: str) -> None:
+    """Add ``msg_id`` to what goes to ``node`` at the next flush."""
+    ids = pending.get(node)
+    if ids is None:
+        pending[node] = [msg_id]
+    else:
+        ids.append(msg_id)
