@@ -188,7 +188,7 @@ class Agent:
             raise NodeClosed(f"agent {self.id!r} is closed")
         if target.__class__ is not str:
             raise InvalidMessage(f"target must be an agent id string, got {target!r}")
-        if topic not in _checked_topics:  # the common case skips the call
+        if topic.__class__ is not str or topic not in _checked_topics:  # the common case skips the call
             check_topic(topic)
         if not (priority == 3 and qos == 0 and ttl is None):  # the defaults need no check
             check_options(priority, qos, ttl)

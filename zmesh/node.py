@@ -23,6 +23,7 @@ from ._context import current_trace_id, trace_context
 from ._dispatch import Dispatch
 from ._driver import Driver
 from ._engine import Engine, EngineConfig
+from ._names import check_agent_id, check_name
 from ._watch import Watch
 from .agent import Agent
 from .clock import Clock, SystemClock
@@ -54,11 +55,6 @@ COUNTERS = (
 def _check_count(what: str, value: object) -> None:
     if value.__class__ is not int or value < 1:
         raise ValueError(f"{what} must be a positive int, got {value!r}")
-
-
-def _check_name(what: str, value: object) -> None:
-    if not isinstance(value, str) or not value or len(value) > 64 or "|" in value:
-        raise ValueError(f"{what} name must be 1-64 characters without '|', got {value!r}")
 
 
 class Node:
@@ -94,9 +90,9 @@ class Node:
         workers: int = DEFAULT_WORKERS,
         store: str | os.PathLike[str] | Store | None = None,
     ) -> None:
-        _check_name("mesh", mesh)
+        check_name("mesh", mesh)
         if name is not None:
-            _check_name("node", name)
+            check_name("node", name)
         if not isinstance(max_payload, int) or max_payload < 1:
             raise ValueError("max_payload must be a positive number of bytes")
         _check_count("workers", workers)
@@ -158,11 +154,15 @@ class Node:
         await self.close()
 
     async def start(self) -> None:
-        """Bind the transport, join through seeds and discovery."""
+        """Bind the transport, join through seeds and discovery.
+
+        Starting a started node does nothing; starting a closed one raises
+        NodeClosed (a node is not restarted: create a new Node).
+        """
+        if self._closed:
+            raise NodeClosed(f"node {self.id!r} is closed and cannot be started again; create a new Node")
         if self._started:
             return
-        if self._closed:
-            raise NodeClosed("a closed node cannot be restarted; create a new Node")
         loop = asyncio.get_running_loop()
         self._started = True
         try:
@@ -272,6 +272,9 @@ class Node:
     ) -> Agent:
         """Register an agent on this node; AgentExists if the id is taken mesh-wide.
 
+        An id is 1-256 printable characters without spaces, ``.``, ``*`` or
+        ``>`` (InvalidMessage otherwise).
+
         At most ``concurrency`` of its handlers run at once; other messages
         wait in its inbox (priority 0 first), which holds at most
         ``inbox_size`` messages and about ``inbox_bytes`` bytes. Senders
@@ -283,8 +286,7 @@ class Node:
         _check_count("concurrency", concurrency)
         _check_count("inbox_size", inbox_size)
         _check_count("inbox_bytes", inbox_bytes)
-        if not isinstance(agent_id, str) or not agent_id or len(agent_id) > 256:
-            raise ValueError(f"agent id must be a non-empty string of at most 256 characters, got {agent_id!r}")
+        check_agent_id(agent_id)
         caps = tuple(capabilities)
         if any(not isinstance(c, str) or not c for c in caps):
             raise ValueError(f"capabilities must be non-empty strings, got {caps!r}")

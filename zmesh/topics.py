@@ -1,7 +1,9 @@
-"""Topic patterns: dot-separated tokens, ``*`` matches one token, ``>`` the rest.
+"""Topic patterns: dot-separated words, ``*`` matches one word, ``>`` the rest.
 
 ``research.*`` matches ``research.found`` but not ``research.found.paper``;
-``research.>`` matches both, but not ``research`` itself.
+``research.>`` matches both, but not ``research`` itself. Words are
+non-empty and printable, without spaces; ``*`` and ``>`` are words of
+their own (``a.b*`` is refused), and ``>`` only the last one.
 """
 
 from __future__ import annotations
@@ -17,19 +19,32 @@ MAX_TOPIC = 1024  # characters
 _valid_topics: set[str] = set()  # topics already checked (bounded)
 
 
+def _check_words(what: str, text: object, wildcards: bool) -> list[str]:
+    """Split a topic or pattern into its words, or say what is wrong with it."""
+    if not isinstance(text, str) or not text:
+        raise InvalidMessage(f"{what} must be a non-empty string, got {text!r}")
+    if len(text) > MAX_TOPIC:
+        raise InvalidMessage(f"{what} is longer than {MAX_TOPIC} characters")
+    if not text.isprintable() or any(c.isspace() for c in text):
+        raise InvalidMessage(f"{what} {text!r} has a space or a control character; words are joined by '.'")
+    words = text.split(".")
+    if "" in words:
+        raise InvalidMessage(f"{what} {text!r} has an empty word (two dots, or a dot at an end)")
+    for word in words:
+        if ("*" in word or ">" in word) and len(word) > 1:
+            raise InvalidMessage(f"{what} {text!r}: '*' and '>' must be whole words, as in 'a.*' or 'a.>'")
+    if not wildcards and ("*" in words or ">" in words):
+        raise InvalidMessage(f"topic {text!r} has a wildcard; wildcards are for subscription patterns")
+    if ">" in words[:-1]:
+        raise InvalidMessage(f"{what} {text!r}: '>' may only be the last word")
+    return words
+
+
 def check_topic(topic: str) -> str:
     """Validate a concrete topic (no wildcards) and return it."""
-    if topic in _valid_topics:
+    if topic.__class__ is str and topic in _valid_topics:
         return topic
-    if not isinstance(topic, str) or not topic:
-        raise InvalidMessage(f"topic must be a non-empty string, got {topic!r}")
-    if len(topic) > MAX_TOPIC:
-        raise InvalidMessage(f"topic is longer than {MAX_TOPIC} characters")
-    tokens = topic.split(".")
-    if any(not t for t in tokens):
-        raise InvalidMessage(f"topic {topic!r} has an empty token")
-    if "*" in tokens or ">" in tokens:
-        raise InvalidMessage(f"topic {topic!r} has a wildcard; wildcards are for patterns")
+    _check_words("topic", topic, wildcards=False)
     if len(_valid_topics) < 65536:
         _valid_topics.add(topic)
     return topic
@@ -37,13 +52,7 @@ def check_topic(topic: str) -> str:
 
 def check_pattern(pattern: str) -> str:
     """Validate a subscription pattern and return it."""
-    if not isinstance(pattern, str) or not pattern:
-        raise InvalidMessage(f"pattern must be a non-empty string, got {pattern!r}")
-    tokens = pattern.split(".")
-    if any(not t for t in tokens):
-        raise InvalidMessage(f"pattern {pattern!r} has an empty token")
-    if ">" in tokens[:-1]:
-        raise InvalidMessage(f"pattern {pattern!r}: '>' may only be the last token")
+    _check_words("pattern", pattern, wildcards=True)
     return pattern
 
 

@@ -1,0 +1,145 @@
+"""The Python API's rules: what names and topics are accepted, the stats()
+schema the guide documents, and a closed node staying closed."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import zmesh
+
+from .helpers import Mesh
+
+pytestmark = pytest.mark.timeout(30)
+
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide.md"
+
+
+# -- node.stats(): one schema, documented in one table -------------------------
+
+
+def documented_stats_keys() -> set[str]:
+    """The keys named in the first column of the guide's stats() table."""
+    text = GUIDE.read_text(encoding="utf-8")
+    start = text.index("`node.stats()` has every key below")
+    keys: set[str] = set()
+    in_table = False
+    for line in text[start:].splitlines()[1:]:
+        if line.startswith("|"):
+            in_table = True
+            first = line.split("|")[1]
+            keys |= set(re.findall(r"`([a-z_]+)`", first))
+        elif in_table:
+            break
+    return keys
+
+
+def test_the_guide_documents_exactly_the_keys_of_stats_on_a_fresh_node() -> None:
+    documented = documented_stats_keys()
+    assert "late_replies" in documented and "handler_errors" in documented  # the table was found
+    for transport in ("inproc", "zmq"):
+        stats = zmesh.Node("fresh", transport=transport, discovery=False).stats()
+        assert set(stats) == documented, (transport, set(stats) ^ documented)
+        assert stats["late_replies"] == 0 and stats["handler_errors"] == 0
+
+
+def test_the_guide_names_no_stats_key_that_does_not_exist() -> None:
+    keys = set(zmesh.Node("fresh", transport="inproc").stats())
+    named = set(re.findall(r'stats\(\)\["([a-z_]+)"\]', GUIDE.read_text(encoding="utf-8")))
+    assert named and named <= keys, named - keys
+
+
+# -- names ---------------------------------------------------------------------
+
+BAD_AGENT_IDS = ["", "has.dot", "has.dot*", "star*", "gt>", "has space", "tab\there", "line\nbreak", "nul\x00",
+                 "bell\x07", "x" * 257]
+GOOD_AGENT_IDS = ["a", "b1", "worker-control", "sink_0", "cli-4242", "A-node", "ns:agent", "path/like", "ünï",
+                  "x" * 256]
+
+
+async def test_agent_ids_follow_the_documented_rule(transport: str) -> None:
+    async with Mesh(transport) as m:
+        node = await m.node()
+        for bad in BAD_AGENT_IDS:
+            with pytest.raises(zmesh.InvalidMessage, match="agent id"):
+                node.agent(bad)
+        with pytest.raises(zmesh.InvalidMessage):
+            node.agent(42)  # type: ignore[arg-type]
+        assert node.agents == {}
+        for good in GOOD_AGENT_IDS:
+            assert node.agent(good).id == good
+
+
+def test_an_empty_agent_id_is_a_zmesh_error() -> None:
+    node = zmesh.Node("m", transport="inproc")
+    with pytest.raises(zmesh.ZmeshError):
+        node.agent("")
+
+
+def test_node_and_mesh_names_are_printable_without_spaces() -> None:
+    for bad in ("", "has space", "bar|bar", "ctl\x1b[31m", "x" * 65):
+        with pytest.raises(zmesh.InvalidMessage, match="name"):
+            zmesh.Node("m", name=bad, transport="inproc")
+        with pytest.raises(zmesh.InvalidMessage, match="name"):
+            zmesh.Node(bad, transport="inproc")
+    assert zmesh.Node("lab.eu-1", name="host.example-4242-ab12", transport="inproc").id == "host.example-4242-ab12"
+
+
+# -- topics and patterns -------------------------------------------------------------
+
+BAD_TOPICS = {
+    "a b": "space", " a": "space", "a\tb": "space", "a\x00b": "control", "a..b": "empty word", ".a": "empty word",
+    "a.": "empty word", "a.b*": "whole words", "a.>b": "whole words", "a*b.c": "whole words",
+}
+BAD_PATTERNS = {**BAD_TOPICS, "a.>.b": "last word", ">.a": "last word", "**": "whole words", ">>": "whole words"}
+GOOD_PATTERNS = ["a", "a.*", "a.>", "*", ">", "*.b", "a.*.c", "a.*.>", "math.add", "ünï.cödé", "a-b_c:d"]
+
+
+async def test_bad_topics_are_refused_everywhere_with_a_clear_message(transport: str) -> None:
+    async with Mesh(transport) as m:
+        node = await m.node()
+        a, b = node.agent("a"), node.agent("b")
+        b.add_handler("ok", lambda msg: msg.payload)
+        for topic, why in BAD_TOPICS.items():
+            with pytest.raises(zmesh.InvalidMessage, match=why):
+                await a.send("b", topic)
+            with pytest.raises(zmesh.InvalidMessage, match=why):
+                await a.request("b", topic, timeout=5)
+            with pytest.raises(zmesh.InvalidMessage, match=why):
+                await a.broadcast(topic)
+        for pattern, why in BAD_PATTERNS.items():
+            with pytest.raises(zmesh.InvalidMessage, match=why):
+                await a.subscribe(pattern)
+            with pytest.raises(zmesh.InvalidMessage, match=why):
+                a.on(pattern)
+        for wildcard in ("a.*", "a.>", "*", ">"):
+            with pytest.raises(zmesh.InvalidMessage, match="wildcard"):
+                await a.send("b", wildcard)
+        with pytest.raises(zmesh.InvalidMessage):
+            await a.send("b", ["not", "a", "str"])  # type: ignore[arg-type]
+        assert a.subscriptions == frozenset()
+        for pattern in GOOD_PATTERNS:
+            await a.subscribe(pattern)
+        assert a.subscriptions == frozenset(GOOD_PATTERNS)
+        assert (await a.request("b", "ok", "fine", timeout=5)).payload == "fine"
+
+
+# -- lifecycle ---------------------------------------------------------------------
+
+
+async def test_starting_a_closed_node_raises_node_closed(transport: str) -> None:
+    async with Mesh(transport) as m:
+        node = await m.node()
+        await node.start()  # starting a started node: nothing happens
+        await node.close()
+        with pytest.raises(zmesh.NodeClosed, match="cannot be started again"):
+            await node.start()
+        with pytest.raises(zmesh.NodeClosed):
+            async with node:
+                pass
+        never_started = zmesh.Node(m.name, transport=transport, discovery=False)
+        await never_started.close()
+        with pytest.raises(zmesh.NodeClosed):
+            await never_started.start()
