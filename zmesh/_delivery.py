@@ -64,6 +64,11 @@ class Delivery:
     def deliver(self, agent_id: str, msg: Message, broadcast: bool, origin: str, size: int) -> None:
         inbox = self.inboxes.get(agent_id)
         agent = self._node._agents.get(agent_id)
+        if broadcast and agent is not None and inbox is not None:
+            # One handler run per matching subscription, each its own inbox entry.
+            for route in agent.broadcast_routes(msg.topic):
+                self._accept(agent, inbox, Entry(msg, True, origin, size, False, route))
+            return
         entry = Entry(msg, broadcast, origin, size, not broadcast and msg.correlation_id != "")
         if agent is None or inbox is None:
             self._taken(agent_id, entry)
@@ -71,10 +76,20 @@ class Delivery:
             self._undeliverable(entry, "not_found", why, agent_id)
         elif inbox.running < inbox.concurrency and not inbox.heap:  # inbox.may_start(), inline
             self._start(agent, inbox, entry)
-        elif inbox.fits(size, broadcast):
+        elif inbox.fits(size, False):
             inbox.put(entry)
         else:
             self._overflow(agent_id, inbox, entry)
+
+    def _accept(self, agent: Agent, inbox: Inbox, entry: Entry) -> None:
+        """Start ``entry``'s handler now, or let it wait in the inbox, or drop it
+        (what ``deliver`` does inline for a direct message)."""
+        if inbox.running < inbox.concurrency and not inbox.heap:  # inbox.may_start(), inline
+            self._start(agent, inbox, entry)
+        elif inbox.fits(entry.size, entry.broadcast):
+            inbox.put(entry)
+        else:
+            self._overflow(agent.id, inbox, entry)
 
     def _overflow(self, agent_id: str, inbox: Inbox, entry: Entry) -> None:
         msg = entry.msg
@@ -107,7 +122,12 @@ class Delivery:
         if entry.request and msg.topic == HANDOFF_TOPIC and msg.type == "task":
             self._offer_handoff(agent, inbox, entry)
             return
-        found = agent.handler_entry(msg.topic)
+        if entry.broadcast:
+            if not agent.still_routed(entry.route, msg.topic):
+                return  # unsubscribed while it waited: not wanted any more
+            found = agent.broadcast_entry(entry.route, msg.topic)
+        else:
+            found = agent.handler_entry(msg.topic)
         if found is None:
             self._settled(entry)
             why = f"agent {agent.id!r} has no handler for {msg.topic!r}"

@@ -30,6 +30,8 @@ class Entry:
     size: int
     #: Does someone wait for an answer (a direct message with a correlation id)?
     request: bool
+    #: A broadcast's subscription: its pattern, or "" for the on() handlers (see Agent.broadcast_routes).
+    route: str = ""
 
 
 class Inbox:

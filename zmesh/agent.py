@@ -95,7 +95,8 @@ class Agent:
         self.capabilities = capabilities
         self._handlers: dict[str, tuple[Handler, str]] = {}
         self._pattern_handlers: list[tuple[str, tuple[Handler, str]]] = []
-        self._subscriptions: set[str] = set()
+        #: pattern -> the handler given to subscribe (None: the on() handlers take them)
+        self._subscriptions: dict[str, tuple[Handler, str] | None] = {}
         self._handoff_handler: HandoffHandler | None = None
         self._handoff_mode = ""
         self._tasks: set[str] = set()
@@ -108,6 +109,9 @@ class Agent:
 
     def on(self, topic: str, *, inline: bool = False) -> Callable[[H], H]:
         """Decorator: handle messages on ``topic`` (a topic or a wildcard pattern).
+
+        Direct messages and requests go to these handlers; broadcasts reach
+        the agent through its subscriptions (see :meth:`subscribe`).
 
         The handler gets the Message; for a request its return value is the
         reply payload (return ``zmesh.DEFERRED`` to answer later with ``reply``).
@@ -136,6 +140,7 @@ class Agent:
             self._handlers[topic] = entry
 
     def remove_handler(self, topic: str) -> None:
+        """Remove the handler :meth:`on` or :meth:`add_handler` set for ``topic``."""
         self._handlers.pop(topic, None)
         self._pattern_handlers = [(p, h) for p, h in self._pattern_handlers if p != topic]
 
@@ -152,7 +157,7 @@ class Agent:
         return self._handoff_handler
 
     def handler_for(self, topic: str) -> Handler | None:
-        """The handler that takes ``topic``: an exact one first, else the first matching pattern."""
+        """The ``on()`` handler that takes ``topic``: an exact one first, else the first matching pattern."""
         entry = self.handler_entry(topic)
         return entry[0] if entry is not None else None
 
@@ -165,6 +170,35 @@ class Agent:
             if matches(pattern, topic):
                 return entry
         return None
+
+    def broadcast_routes(self, topic: str) -> list[str]:
+        """Which subscriptions take a broadcast on ``topic``: each matching
+        pattern that has a handler of its own, and ``""`` once for all the
+        matching ones that leave it to the ``on()`` handlers."""
+        routes: list[str] = []
+        to_on_handlers = False
+        for pattern, entry in self._subscriptions.items():
+            if matches(pattern, topic):
+                if entry is None:
+                    to_on_handlers = True
+                else:
+                    routes.append(pattern)
+        if to_on_handlers:
+            routes.append("")
+        return routes
+
+    def still_routed(self, route: str, topic: str) -> bool:
+        """Does ``route`` (see :meth:`broadcast_routes`) still take ``topic``?
+        (Not if it was unsubscribed while the broadcast waited.)"""
+        if route:
+            return self._subscriptions.get(route) is not None
+        return any(entry is None and matches(p, topic) for p, entry in self._subscriptions.items())
+
+    def broadcast_entry(self, route: str, topic: str) -> tuple[Handler, str] | None:
+        """The handler for a broadcast on ``topic`` by ``route``."""
+        if not route:
+            return self.handler_entry(topic)
+        return self._subscriptions.get(route)
 
     @property
     def handoff_mode(self) -> str:
@@ -368,25 +402,34 @@ class Agent:
     # -- pub/sub ---------------------------------------------------------
 
     async def subscribe(self, pattern: str, handler: Handler | None = None, *, inline: bool = False) -> None:
-        """Receive broadcasts on topics matching ``pattern`` (``*`` one token, ``>`` the rest).
+        """Receive broadcasts on topics matching ``pattern`` (``*`` one word, ``>`` the rest).
 
-        With ``handler``, it handles them; otherwise the ``on`` handlers do.
-        Returns once every peer has acknowledged the subscription (or after
-        the node's settle timeout), so a broadcast from any current member
-        counts this agent. Subscribing twice is one subscription.
+        With ``handler``, that handler takes them (it runs like an ``on()``
+        handler, see ``inline``), and only broadcasts: it never answers
+        requests or direct messages, which stay with the ``on()`` handlers.
+        Without, the ``on()`` handler for each broadcast's topic takes it.
+        Every matching subscription runs once per broadcast. Subscribing
+        again to the same pattern is still one subscription, taken by the
+        handler given last. Returns once every peer has acknowledged the
+        subscription (or after the node's settle timeout), so a broadcast
+        from any current member counts this agent.
         """
         check_pattern(pattern)
+        entry = None
         if handler is not None:
-            self.add_handler(pattern, handler, inline=inline)
-        if pattern not in self._subscriptions:
-            self._subscriptions.add(pattern)
+            if not callable(handler):
+                raise TypeError(f"handler must be callable, got {handler!r}")
+            entry = (handler, handler_mode(handler, inline))
+        new = pattern not in self._subscriptions
+        self._subscriptions[pattern] = entry
+        if new:
             self._host.changed(self)
         await self._host.settled()
 
     async def unsubscribe(self, pattern: str) -> None:
-        """Stop receiving broadcasts on ``pattern``."""
+        """Stop receiving broadcasts on ``pattern``; its handler (if any) goes with it."""
         if pattern in self._subscriptions:
-            self._subscriptions.discard(pattern)
+            del self._subscriptions[pattern]
             self._host.changed(self)
         await self._host.settled()
 
