@@ -30,6 +30,7 @@ from typing import Any
 from zeroconf import IPVersion, ServiceInfo, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
+from zmesh._names import printable
 from zmesh.interfaces import InterfaceScope, list_host_interfaces, rank_reachable
 
 __all__ = ["MdnsDiscovery", "PeerAdvert", "instance_label"]
@@ -404,7 +405,7 @@ class MdnsDiscovery:
             level = {"ignored_other_mesh": logging.DEBUG, "ignored_unreachable": logging.INFO}.get(
                 reason, logging.WARNING
             )
-        self._log.log(level, "zmesh discovery: %s %s: %s", reason.replace("_", " "), name, detail)
+        self._log.log(level, "zmesh discovery: %s %s: %s", reason.replace("_", " "), printable(name), printable(detail))
 
     def _gone(self, name: str) -> None:
         """Handle withdrawal of a service; report the node gone if it was its last."""

@@ -17,6 +17,7 @@ from collections import Counter
 from typing import Any
 
 from .. import codec
+from .._names import printable
 from ..errors import InvalidMessage, NodeClosed
 from ..message import Message
 from ..registry import NodeRecord, Registry
@@ -101,7 +102,9 @@ class Engine(Outbound):
         key = (where, reason)
         if key not in self.logged_drops and len(self.logged_drops) < MAX_LOGGED_DROPS:
             self.logged_drops.add(key)
-            shown = where if where.isprintable() else ascii(where)[1:-1]  # raw routing ids: escaped
+            peer = self.members.by_key.get(where)
+            shown = peer.node_id if peer is not None else where  # a peer's key: its name
+            shown = printable(shown)
             log.warning(
                 "zmesh %s: dropped input from %s: %s%s (logged once per peer and reason)",
                 self.node_id, shown or "unknown", reason, f" ({detail})" if detail else "",

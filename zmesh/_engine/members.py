@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ..codec import (
     Ack, Blocked, Bye, Control, Credit, Declined, Handled, Hello, Ping, Pong, Refuse, Update, encode_control, join_frame,
 )
+from .._names import printable
 from ..errors import FrameError
 from ..registry import MeshEvent, NodeRecord
 from ..transport.base import endpoint_host, is_loopback_endpoint
@@ -167,7 +168,7 @@ class Members:
         if peer is not None and peer.incarnation != record.incarnation:
             if record.incarnation < peer.incarnation:
                 raise FrameError("stale_incarnation", record.node_id)
-            log.info("zmesh %s: node %s restarted", e.node_id, peer.node_id)
+            log.info("zmesh %s: node %s restarted", e.node_id, printable(peer.node_id))
             # The old record stays in the registry until the new incarnation
             # joins and replaces it in one step (peer_restarted, no leave/join storm).
             self.move(peer, "restarted")
@@ -293,7 +294,7 @@ class Members:
             self.move(knock, "refused")
         if (refuse.node_id, "refused_us") not in e.logged_drops:
             e.logged_drops.add((refuse.node_id, "refused_us"))
-            log.error("zmesh %s: refused by node %r: %s", e.node_id, refuse.node_id, refuse.reason)
+            log.error("zmesh %s: refused by node %r: %s", e.node_id, refuse.node_id, printable(refuse.reason))
         e.out((EVENT, MeshEvent("peer_refused", refuse.node_id, detail=refuse.reason)))
 
     # -- departures ------------------------------------------------------
@@ -324,7 +325,7 @@ class Members:
         for mesh_event in e.registry.remove(peer.node_id, why):
             e.out((EVENT, mesh_event))
         e.out((ACKED,))
-        log.info("zmesh %s: peer %s left (%s)", e.node_id, peer.node_id, why)
+        log.info("zmesh %s: peer %s left (%s)", e.node_id, printable(peer.node_id), why)
         if silent:
             # Silence may be a cut link or a stalled loop, not a death: keep
             # knocking (with backoff) so the peer rejoins when it comes back.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from .._names import printable
 from ..codec import Ping, encode_control
 from ..registry import MeshEvent
 from .config import REDISCOVER_MAX, REDISCOVER_MIN, SEED_RETRY_MAX
@@ -71,7 +72,7 @@ def tick(members: Members, now: float) -> None:
     for knock in list(members.knocks.values()):
         if knock.give_up_at and now >= knock.give_up_at:
             if knock.state == "knocking":
-                log.warning("zmesh %s: no answer from %s; giving up on it", e.node_id, knock.endpoint)
+                log.warning("zmesh %s: no answer from %s; giving up on it", e.node_id, printable(knock.endpoint))
             members.move(knock, "give_up")
             members.drop_knock(knock)
         elif knock.state == "knocking" and now >= knock.next_try:

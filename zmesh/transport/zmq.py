@@ -49,6 +49,7 @@ _DRAIN_BUDGET = 1024
 _BACKLOG_LIMIT = 100_000
 _RETRY_DELAY = 0.002
 _BYE_LINGER_MS = 200
+_MAX_KEYS = 4096  # routing ids remembered as keys
 
 _DISCONNECTED = int(zmq.EVENT_DISCONNECTED)
 _HANDSHAKE_SUCCEEDED = int(zmq.EVENT_HANDSHAKE_SUCCEEDED)
@@ -270,6 +271,7 @@ class ZmqTransport(Transport):
         self._links: set[_ZmqLink] = set()
         self._subscribed: set[str] = set()
         self._counters: dict[str, int] = {}
+        self._keys: dict[bytes, str] = {}  # routing id -> key, for the printable ones
         self._closed = False
 
     # -- set-up ----------------------------------------------------------
@@ -442,11 +444,27 @@ class ZmqTransport(Transport):
     def _drain_sub(self) -> None:
         self._drain(self._sub, self._sub_parts, self._drain_sub)
 
+    def _routing_key(self, routing_id: bytes) -> str:
+        """A routing id on our ROUTER as the engine's key. A node's DEALER
+        sets its key, printable text (remembered: one lookup per frame after
+        the first); anything else (a stranger's socket, libzmq's generated
+        ``\\x00`` + 4 bytes) becomes hex, so it reads in a log line."""
+        try:
+            key = routing_id.decode()
+        except UnicodeDecodeError:
+            return "0x" + routing_id.hex()
+        if not key.isprintable():
+            return "0x" + routing_id.hex()
+        if len(self._keys) < _MAX_KEYS:
+            self._keys[routing_id] = key
+        return key
+
     def _router_parts(self, parts: list[bytes]) -> None:
         if len(parts) != 2:
             self._drop("malformed", "router: wrong number of frames")
         else:
-            self._host.on_direct_frame(parts[0].decode("utf-8", "replace"), parts[1])  # type: ignore[union-attr]
+            key = self._keys.get(parts[0]) or self._routing_key(parts[0])
+            self._host.on_direct_frame(key, parts[1])  # type: ignore[union-attr]
 
     def _sub_parts(self, parts: list[bytes]) -> None:
         if len(parts) != 2 or parts[0] != b"M":
