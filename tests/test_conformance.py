@@ -94,7 +94,7 @@ def reasons(node: zmesh.Node) -> list[str]:
 # -- public surface (no transport) ---------------------------------------
 
 PUBLIC_NAMES = {
-    "Agent", "AgentExists", "AgentInfo", "AgentNotRegistered", "Backpressure", "Clock", "DEFERRED",
+    "AddressInUse", "Agent", "AgentExists", "AgentInfo", "AgentNotRegistered", "Backpressure", "Clock", "DEFERRED",
     "DeadLetter", "DeadLetters", "FakeClock", "Handoff", "HandoffResult", "HandlerError",
     "InvalidMessage", "LivenessConfig", "MeshEvent", "Message", "NoHandler", "Node",
     "NodeClosed", "NodeRecord", "PeerLost", "Receipt", "Registry", "SystemClock", "Timeout",
@@ -103,7 +103,7 @@ PUBLIC_NAMES = {
 
 ERRORS = [
     "AgentNotRegistered", "AgentExists", "NoHandler", "Timeout", "InvalidMessage",
-    "HandlerError", "PeerLost", "Backpressure", "TransportError", "NodeClosed",
+    "HandlerError", "PeerLost", "Backpressure", "TransportError", "AddressInUse", "NodeClosed",
 ]
 
 
@@ -142,11 +142,11 @@ def _tree(doc: str | None) -> list[str]:
     start = next(i for i, line in enumerate(lines) if line.strip() == "ZmeshError")
     tree = [lines[start].strip()]
     for line in lines[start + 1:]:
-        match = re.match(r"\s*([├└])── (\w+)\s+\S", line)
+        match = re.match(r"\s*(│\s*)?([├└])── (\w+)\s+\S", line)
         if not match:
             break
-        tree.append(match.group(2))
-        if match.group(1) == "└":
+        tree.append(match.group(3))
+        if match.group(2) == "└" and not match.group(1):  # the last top-level branch
             break
     return tree
 

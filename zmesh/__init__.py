@@ -41,6 +41,7 @@ Errors::
     ├── PeerLost             the node hosting the target left or died mid-request
     ├── Backpressure         the target cannot take more yet; nothing was sent
     ├── TransportError       the transport could not be set up (bind failed, ...)
+    │   └── AddressInUse     the port asked for is taken
     └── NodeClosed           the node (or agent) was closed
 
 The public surface is what ``zmesh.__all__`` names, plus :mod:`zmesh.sync`
@@ -49,7 +50,7 @@ writing your own) and the command lines ``zmesh`` and ``python -m
 zmesh.sim``. Everything else is internal and may change between releases:
 the modules whose names start with ``_`` (``_engine``, the protocol
 engine; ``_dispatch``, ``_delivery``, ``_inbox``, ``_watch``, ``_context``,
-``_discovery_glue``) and
+``_discovery_glue``, ``_names``) and
 ``codec``, ``registry``, ``liveness``, ``topics``, ``handlers``,
 ``deadletters``, ``observer``, ``message``, ``clock``, ``errors``,
 ``discovery``, ``interfaces``, ``cli``, ``demo`` and ``sim``'s submodules,
@@ -60,6 +61,7 @@ from .agent import Agent, Handoff, HandoffResult
 from .clock import Clock, FakeClock, SystemClock
 from .deadletters import DeadLetter, DeadLetters
 from .errors import (
+    AddressInUse,
     AgentExists,
     AgentNotRegistered,
     Backpressure,
@@ -83,6 +85,7 @@ from .transport.base import Transport
 __version__ = "0.1.0"
 
 __all__ = [
+    "AddressInUse",
     "Agent",
     "AgentExists",
     "AgentInfo",

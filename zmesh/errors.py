@@ -14,6 +14,7 @@ boundary and never reach callers raw::
     ├── PeerLost             the node hosting the target left or died mid-request
     ├── Backpressure         the target cannot take more yet; nothing was sent
     ├── TransportError       the transport could not be set up (bind failed, ...)
+    │   └── AddressInUse     the port asked for is taken
     └── NodeClosed           the node (or agent) was closed
 """
 
@@ -30,6 +31,7 @@ __all__ = [
     "PeerLost",
     "Backpressure",
     "TransportError",
+    "AddressInUse",
     "NodeClosed",
 ]
 
@@ -83,6 +85,10 @@ class Backpressure(ZmeshError):
 
 class TransportError(ZmeshError):
     """The transport failed in a way the caller cannot fix by retrying the call."""
+
+
+class AddressInUse(TransportError):
+    """The port a node was asked to bind (``Node(port=...)``) is taken."""
 
 
 class NodeClosed(ZmeshError):

@@ -71,6 +71,11 @@ class Node:
     size of the thread pool that runs plain ``def`` handlers. ``store`` (a
     file path, or a :class:`zmesh.store.Store`) keeps unacknowledged QoS 1/2
     messages and the ids of handled QoS 2 messages across restarts.
+    ``port`` fixes the port of the router endpoint (``node.endpoint``, what
+    others name as a seed), so a node restarted on it keeps its endpoint;
+    ``pub_port`` that of the publisher endpoint, which peers learn in the
+    handshake (0, the default for both: any free port). ZeroMQ only;
+    AddressInUse if the port is taken.
     """
 
     def __init__(
@@ -89,6 +94,8 @@ class Node:
         settle_timeout: float = 5.0,
         workers: int = DEFAULT_WORKERS,
         store: str | os.PathLike[str] | Store | None = None,
+        port: int = 0,
+        pub_port: int = 0,
     ) -> None:
         check_name("mesh", mesh)
         if name is not None:
@@ -109,7 +116,7 @@ class Node:
         if store is not None and not isinstance(store, Store):
             store = SqliteStore(store)
         self.store: Store | None = store
-        self.transport = make_transport(transport, interfaces)
+        self.transport = make_transport(transport, interfaces, port, pub_port)
         caps = self.transport.capabilities
         if caps.level != "frame":
             raise TransportError(

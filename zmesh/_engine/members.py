@@ -341,6 +341,11 @@ class Members:
             else:
                 self.parked.expect(peer)
             e.out((REDISCOVER,))
+        elif not e.closed:
+            # It said goodbye; but a seed the user gave is knocked on until
+            # it answers, as at start: a seed node restarted on its port is rejoined.
+            for endpoint in e.seeds.intersection((peer.router, *peer.record.routers)):
+                self.knock(endpoint, None, now)
 
     # -- control items ---------------------------------------------------
 

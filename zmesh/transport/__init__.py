@@ -13,8 +13,18 @@ from .base import Transport, TransportCapabilities
 __all__ = ["Transport", "TransportCapabilities", "make_transport"]
 
 
-def make_transport(spec: str | Transport, interfaces: str | Sequence[str] | None) -> Transport:
-    """A transport from its name (``"zmq"``, ``"inproc"``) or the instance itself."""
+def make_transport(
+    spec: str | Transport, interfaces: str | Sequence[str] | None, port: int = 0, pub_port: int = 0
+) -> Transport:
+    """A transport from its name (``"zmq"``, ``"inproc"``) or the instance itself.
+
+    ``port`` and ``pub_port`` (0: any free port) are for ``"zmq"`` only.
+    """
+    for what, value in (("port", port), ("pub_port", pub_port)):
+        if value.__class__ is not int or not 0 <= value < 65536:
+            raise ValueError(f"{what} must be an int from 0 (any free port) to 65535, got {value!r}")
+    if (port or pub_port) and spec != "zmq":
+        raise ValueError("port= and pub_port= are for the 'zmq' transport (a Transport instance sets its own)")
     if isinstance(spec, Transport):
         return spec
     if spec == "inproc":
@@ -24,5 +34,5 @@ def make_transport(spec: str | Transport, interfaces: str | Sequence[str] | None
     if spec == "zmq":
         from .zmq import ZmqTransport
 
-        return ZmqTransport(interfaces=interfaces)
+        return ZmqTransport(interfaces=interfaces, port=port, pub_port=pub_port)
     raise ValueError(f"unknown transport {spec!r}: use 'zmq', 'inproc' or a Transport instance")

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import zmq
 
-from ..errors import TransportError
+from ..errors import AddressInUse, TransportError
 from .base import Transport, TransportCapabilities, TransportHost, endpoint_host
 
 __all__ = ["ZmqTransport", "open_sockets", "map_zmq_errors"]
@@ -254,9 +254,14 @@ class ZmqTransport(Transport):
     name = "zmq"
     capabilities = TransportCapabilities(level="frame", peers_can_vanish=True, discovery="mdns")
 
-    def __init__(self, *, interfaces: str | Sequence[str] | None = None, hwm: int = 100_000) -> None:
+    def __init__(
+        self, *, interfaces: str | Sequence[str] | None = None, hwm: int = 100_000, port: int = 0, pub_port: int = 0
+    ) -> None:
         self.interfaces = interfaces
         self.hwm = hwm
+        #: Fixed ports for the ROUTER (the endpoint seeds name) and the XPUB; 0: any free one.
+        self.port = port
+        self.pub_port = pub_port
         #: (interval, timeout) in seconds of ZMTP heartbeats on links; None: off.
         self.link_heartbeat: tuple[float, float] | None = None
         self.addresses: tuple[str, ...] = ()
@@ -291,14 +296,14 @@ class ZmqTransport(Transport):
                 self._router.setsockopt(zmq.RCVHWM, self.hwm)
                 self._router.setsockopt(zmq.MAXMSGSIZE, max_frame)
                 self._router.setsockopt(zmq.ROUTER_HANDOVER, 1)
-                port = self._bind_all(self._router)
+                port = self._bind_all(self._router, self.port)
                 self.router_endpoint = f"tcp://{self.addresses[0]}:{port}"
 
                 self._xpub = _socket(self._ctx, zmq.XPUB)
                 self._xpub.setsockopt(zmq.LINGER, 0)
                 self._xpub.setsockopt(zmq.SNDHWM, self.hwm)
                 self._xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
-                port = self._bind_all(self._xpub)
+                port = self._bind_all(self._xpub, self.pub_port)
                 self.pub_endpoint = f"tcp://{self.addresses[0]}:{port}"
 
                 self._sub = _socket(self._ctx, zmq.SUB)
@@ -372,10 +377,22 @@ class ZmqTransport(Transport):
             )
         return tuple(self.scope.addresses)
 
-    def _bind_all(self, sock: zmq.Socket[Any]) -> int:
-        port = sock.bind_to_random_port(f"tcp://{self.addresses[0]}")
-        for address in self.addresses[1:]:
-            sock.bind(f"tcp://{address}:{port}")
+    def _bind_all(self, sock: zmq.Socket[Any], port: int = 0) -> int:
+        address = self.addresses[0]
+        try:
+            if port:
+                sock.bind(f"tcp://{address}:{port}")
+            else:
+                port = sock.bind_to_random_port(f"tcp://{address}")
+            for address in self.addresses[1:]:
+                sock.bind(f"tcp://{address}:{port}")
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EADDRINUSE:
+                raise AddressInUse(
+                    f"port {port} on {address} is already in use (another node or program holds it): "
+                    "stop it, or choose another port"
+                ) from None
+            raise
         return port
 
     # -- links and subscriptions -------------------------------------------
