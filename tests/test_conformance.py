@@ -98,7 +98,7 @@ PUBLIC_NAMES = {
     "DeadLetter", "DeadLetters", "FakeClock", "Handoff", "HandoffResult", "HandlerError",
     "InvalidMessage", "LivenessConfig", "MeshEvent", "Message", "NoHandler", "Node",
     "NodeClosed", "NodeRecord", "PeerLost", "Receipt", "Registry", "SystemClock", "Timeout",
-    "Transport", "TransportError", "ZmeshError", "current_trace_id", "new_id", "trace_context",
+    "Transport", "TransportError", "ZmeshError", "current_trace_id", "new_id", "run", "trace_context",
 }
 
 ERRORS = [

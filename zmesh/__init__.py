@@ -27,7 +27,8 @@ Primitives (methods of :class:`Agent`): ``send``, ``request``, ``reply``,
 ``delegate``, ``handoff``, ``subscribe``/``unsubscribe``, ``broadcast``.
 Around them on :class:`Node`: ``dead_letters``, ``observe``, ``registry``,
 ``events()``, ``stats()``. :mod:`zmesh.sync` offers the same surface without
-async/await.
+async/await. ``zmesh.run(main())`` runs an application like ``asyncio.run``
+and closes its nodes cleanly on SIGTERM and SIGINT.
 
 Errors::
 
@@ -50,7 +51,7 @@ writing your own) and the command lines ``zmesh`` and ``python -m
 zmesh.sim``. Everything else is internal and may change between releases:
 the modules whose names start with ``_`` (``_engine``, the protocol
 engine; ``_dispatch``, ``_delivery``, ``_inbox``, ``_watch``, ``_context``,
-``_discovery_glue``, ``_names``) and
+``_discovery_glue``, ``_names``, ``_run``) and
 ``codec``, ``registry``, ``liveness``, ``topics``, ``handlers``,
 ``deadletters``, ``observer``, ``message``, ``clock``, ``errors``,
 ``discovery``, ``interfaces``, ``cli``, ``demo`` and ``sim``'s submodules,
@@ -80,6 +81,7 @@ from .message import Message, new_id
 from .node import Node, current_trace_id, trace_context
 from .observer import Receipt
 from .registry import AgentInfo, MeshEvent, NodeRecord, Registry
+from ._run import run
 from .transport.base import Transport
 
 __version__ = "0.1.0"
@@ -117,5 +119,6 @@ __all__ = [
     "ZmeshError",
     "current_trace_id",
     "new_id",
+    "run",
     "trace_context",
 ]

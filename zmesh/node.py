@@ -24,6 +24,7 @@ from ._dispatch import Dispatch
 from ._driver import Driver
 from ._engine import Engine, EngineConfig
 from ._names import check_agent_id, check_name
+from ._run import track, untrack
 from ._watch import Watch
 from .agent import Agent
 from .clock import Clock, SystemClock
@@ -179,6 +180,7 @@ class Node:
             raise
         self._engine.start(self.transport.router_endpoints, self.transport.pub_endpoints, self.clock.monotonic())
         self._driver.start(loop)
+        track(self)  # zmesh.run closes it on SIGTERM/SIGINT
         # Join one iteration later: agents registered right after start() then
         # travel in the first HELLO, so a restarted node is seen as one change.
         loop.call_soon(self._connect_seeds)
@@ -205,6 +207,7 @@ class Node:
         if self._closed:
             return
         self._closed = True
+        untrack(self)
         driver = self._driver
         driver.stop()
         if driver.discovery is not None:
