@@ -51,7 +51,7 @@ writing your own) and the command lines ``zmesh`` and ``python -m
 zmesh.sim``. Everything else is internal and may change between releases:
 the modules whose names start with ``_`` (``_engine``, the protocol
 engine; ``_dispatch``, ``_delivery``, ``_inbox``, ``_watch``, ``_context``,
-``_discovery_glue``, ``_names``, ``_run``) and
+``_discovery_glue``, ``_names``, ``_routes``, ``_run``) and
 ``codec``, ``registry``, ``liveness``, ``topics``, ``handlers``,
 ``deadletters``, ``observer``, ``message``, ``clock``, ``errors``,
 ``discovery``, ``interfaces``, ``cli``, ``demo`` and ``sim``'s submodules,

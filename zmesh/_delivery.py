@@ -66,7 +66,7 @@ class Delivery:
         agent = self._node._agents.get(agent_id)
         if broadcast and agent is not None and inbox is not None:
             # One handler run per matching subscription, each its own inbox entry.
-            for route in agent.broadcast_routes(msg.topic):
+            for route in agent._routes.broadcast_routes(msg.topic):
                 self._accept(agent, inbox, Entry(msg, True, origin, size, False, route))
             return
         entry = Entry(msg, broadcast, origin, size, not broadcast and msg.correlation_id != "")
@@ -123,9 +123,10 @@ class Delivery:
             self._offer_handoff(agent, inbox, entry)
             return
         if entry.broadcast:
-            if not agent.still_routed(entry.route, msg.topic):
+            routes = agent._routes
+            if not routes.still_routed(entry.route, msg.topic):
                 return  # unsubscribed while it waited: not wanted any more
-            found = agent.broadcast_entry(entry.route, msg.topic)
+            found = routes.broadcast_entry(entry.route, msg.topic)
         else:
             found = agent.handler_entry(msg.topic)
         if found is None:

@@ -30,7 +30,7 @@ class Entry:
     size: int
     #: Does someone wait for an answer (a direct message with a correlation id)?
     request: bool
-    #: A broadcast's subscription: its pattern, or "" for the on() handlers (see Agent.broadcast_routes).
+    #: A broadcast's subscription: its pattern, or "" for the on() handlers (see _routes.Routes).
     route: str = ""
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, TypeVar, Union
 
+from ._routes import Routes
 from .clock import Clock
 from .errors import InvalidMessage, NodeClosed
 from .handlers import handler_mode
 from .message import MESSAGE_TYPES, Message, check_options, new_id
 from .topics import _valid_topics as _checked_topics
-from .topics import check_pattern, check_topic, is_pattern, matches
+from .topics import check_pattern, check_topic
 
 if TYPE_CHECKING:
     from .node import Node
@@ -93,10 +94,9 @@ class Agent:
         self._host = host
         self.id = agent_id
         self.capabilities = capabilities
-        self._handlers: dict[str, tuple[Handler, str]] = {}
-        self._pattern_handlers: list[tuple[str, tuple[Handler, str]]] = []
-        #: pattern -> the handler given to subscribe (None: the on() handlers take them)
-        self._subscriptions: dict[str, tuple[Handler, str] | None] = {}
+        self._routes = routes = Routes()  # its on() handlers and its subscriptions
+        #: The ``on()`` handler that takes a topic and where it runs ("async", "thread" or "inline").
+        self.handler_entry: Callable[[str], tuple[Handler, str] | None] = routes.handler_entry
         self._handoff_handler: HandoffHandler | None = None
         self._handoff_mode = ""
         self._tasks: set[str] = set()
@@ -132,17 +132,11 @@ class Agent:
         check_pattern(topic)
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {handler!r}")
-        entry = (handler, handler_mode(handler, inline))
-        if is_pattern(topic):
-            self._pattern_handlers = [(p, h) for p, h in self._pattern_handlers if p != topic]
-            self._pattern_handlers.append((topic, entry))
-        else:
-            self._handlers[topic] = entry
+        self._routes.add(topic, (handler, handler_mode(handler, inline)))
 
     def remove_handler(self, topic: str) -> None:
         """Remove the handler :meth:`on` or :meth:`add_handler` set for ``topic``."""
-        self._handlers.pop(topic, None)
-        self._pattern_handlers = [(p, h) for p, h in self._pattern_handlers if p != topic]
+        self._routes.remove(topic)
 
     def on_handoff(self, fn: H) -> H:
         """Decorator: decide on offered tasks; return True to accept ownership."""
@@ -160,45 +154,6 @@ class Agent:
         """The ``on()`` handler that takes ``topic``: an exact one first, else the first matching pattern."""
         entry = self.handler_entry(topic)
         return entry[0] if entry is not None else None
-
-    def handler_entry(self, topic: str) -> tuple[Handler, str] | None:
-        """The handler that takes ``topic`` and where it runs ("async", "thread" or "inline")."""
-        entry = self._handlers.get(topic)
-        if entry is not None:
-            return entry
-        for pattern, entry in self._pattern_handlers:
-            if matches(pattern, topic):
-                return entry
-        return None
-
-    def broadcast_routes(self, topic: str) -> list[str]:
-        """Which subscriptions take a broadcast on ``topic``: each matching
-        pattern that has a handler of its own, and ``""`` once for all the
-        matching ones that leave it to the ``on()`` handlers."""
-        routes: list[str] = []
-        to_on_handlers = False
-        for pattern, entry in self._subscriptions.items():
-            if matches(pattern, topic):
-                if entry is None:
-                    to_on_handlers = True
-                else:
-                    routes.append(pattern)
-        if to_on_handlers:
-            routes.append("")
-        return routes
-
-    def still_routed(self, route: str, topic: str) -> bool:
-        """Does ``route`` (see :meth:`broadcast_routes`) still take ``topic``?
-        (Not if it was unsubscribed while the broadcast waited.)"""
-        if route:
-            return self._subscriptions.get(route) is not None
-        return any(entry is None and matches(p, topic) for p, entry in self._subscriptions.items())
-
-    def broadcast_entry(self, route: str, topic: str) -> tuple[Handler, str] | None:
-        """The handler for a broadcast on ``topic`` by ``route``."""
-        if not route:
-            return self.handler_entry(topic)
-        return self._subscriptions.get(route)
 
     @property
     def handoff_mode(self) -> str:
@@ -420,22 +375,23 @@ class Agent:
             if not callable(handler):
                 raise TypeError(f"handler must be callable, got {handler!r}")
             entry = (handler, handler_mode(handler, inline))
-        new = pattern not in self._subscriptions
-        self._subscriptions[pattern] = entry
+        subscriptions = self._routes.subscriptions
+        new = pattern not in subscriptions
+        subscriptions[pattern] = entry
         if new:
             self._host.changed(self)
         await self._host.settled()
 
     async def unsubscribe(self, pattern: str) -> None:
         """Stop receiving broadcasts on ``pattern``; its handler (if any) goes with it."""
-        if pattern in self._subscriptions:
-            del self._subscriptions[pattern]
+        if pattern in self._routes.subscriptions:
+            del self._routes.subscriptions[pattern]
             self._host.changed(self)
         await self._host.settled()
 
     @property
     def subscriptions(self) -> frozenset[str]:
-        return frozenset(self._subscriptions)
+        return frozenset(self._routes.subscriptions)
 
     async def broadcast(
         self,
