@@ -1,7 +1,9 @@
 """Conformance: the semantics every transport must give.
 
-Every ``async`` test takes the ``transport`` fixture and so runs once on the
-in-process transport and once on ZeroMQ; the results must be the same. Time
+Every ``async`` test takes the ``transport`` fixture and so runs on the
+in-process transport, on ZeroMQ, and on ZeroMQ waiting for input in a thread
+(``zmq-thread``: how it runs on a loop without ``add_reader``, Windows'
+default); the results must be the same. Time
 is a ``zmesh.FakeClock`` wherever a timeout or a TTL is involved, so nothing
 here waits for a real timeout.
 """
@@ -12,7 +14,7 @@ import asyncio
 import json
 import logging
 import re
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 
 import pytest
 
@@ -21,9 +23,32 @@ from zmesh.agent import HANDOFF_GRACE
 from zmesh import FakeClock, Message
 from zmesh import errors as errors_module
 
+from zmesh.transport._reader_thread import ThreadReaders
+from zmesh.transport.zmq import POLLER_ENV_VAR
+
 from .helpers import Mesh, wait_for
 
 pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture(params=["inproc", "zmq", "zmq-thread"])
+def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run the test once per transport (and ZeroMQ once per way of waiting for input)."""
+    if request.param != "zmq-thread":
+        monkeypatch.delenv(POLLER_ENV_VAR, raising=False)
+        yield str(request.param)
+        return
+    monkeypatch.setenv(POLLER_ENV_VAR, "thread")
+    started: list[ThreadReaders] = []
+    original_init = ThreadReaders.__init__
+
+    def counting_init(self: ThreadReaders, *args: Any) -> None:
+        started.append(self)
+        original_init(self, *args)
+
+    monkeypatch.setattr(ThreadReaders, "__init__", counting_init)
+    yield "zmq"
+    assert started, "the zmq-thread run never waited for input in a thread"
 
 
 # -- helpers -------------------------------------------------------------

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import sys
 import threading
+import types
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -18,10 +21,13 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import pytest
+import zeroconf
 from zeroconf import ServiceInfo
 from zeroconf.asyncio import AsyncZeroconf
 
 from tests.helpers import wait_for as until
+from zmesh import _mdns_sockets
+from zmesh._mdns_sockets import IP_MULTICAST_ALL, confine_to_scope, zeroconf_sockets
 from zmesh.discovery import MdnsDiscovery, PeerAdvert, instance_label
 from zmesh.interfaces import InterfaceScope, resolve_interfaces
 
@@ -376,3 +382,46 @@ def test_instance_label_is_a_valid_unique_dns_label(node_id: str) -> None:
     assert instance_label(node_id, "inc2") != label
     assert instance_label(node_id + "x", "inc") != label
     assert instance_label(node_id, "inc", "other-mesh") != label
+
+
+# -- the private zeroconf attributes discovery relies on ---------------------
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="IP_MULTICAST_ALL is Linux's")
+
+
+@linux_only
+def test_zeroconf_still_has_the_sockets_discovery_confines() -> None:
+    """The guard for a zeroconf release: ``engine._listen_socket`` and
+    ``engine._respond_sockets`` are private; if this fails, zeroconf changed
+    them and a local-only node's mDNS may be answered from other interfaces."""
+
+    async def main() -> None:
+        d = make(unique_mesh(), "guard", Recorder())
+        await d.start()
+        try:
+            assert d._aiozc is not None
+            found = zeroconf_sockets(d._aiozc.zeroconf)
+            assert found is not None, f"zeroconf {zeroconf.__version__} renamed its engine's sockets"
+            listen, respond = found
+            assert respond, "zeroconf has no respond socket for 127.0.0.1"
+            for sock in (listen, *respond):
+                assert sock.getsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL) == 0
+        finally:
+            await d.close()
+
+    run(main())
+
+
+@linux_only
+def test_a_zeroconf_without_those_sockets_is_a_warning_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_mdns_sockets, "_warned", False)
+    renamed = types.SimpleNamespace(engine=types.SimpleNamespace(listen_socket=None))
+    log = logging.getLogger("zmesh.discovery")
+    with caplog.at_level(logging.WARNING, logger="zmesh.discovery"):
+        confine_to_scope(renamed, LOCAL, log)
+        confine_to_scope(renamed, LOCAL, log)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert f"zeroconf {zeroconf.__version__} has no engine._listen_socket" in warnings[0]

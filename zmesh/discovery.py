@@ -22,7 +22,6 @@ import functools
 import hashlib
 import logging
 import re
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,8 +29,9 @@ from typing import Any
 from zeroconf import IPVersion, ServiceInfo, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
+from zmesh._mdns_sockets import confine_to_scope
 from zmesh._names import printable
-from zmesh.interfaces import InterfaceScope, list_host_interfaces, rank_reachable
+from zmesh.interfaces import InterfaceScope, rank_reachable
 
 __all__ = ["MdnsDiscovery", "PeerAdvert", "instance_label"]
 
@@ -41,7 +41,6 @@ _MAX_TXT_ENTRY = 255
 _MAX_LABEL = 63
 _LABEL_OK = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?")
 _RESOLVE_TIMEOUT_MS = 3000
-_IP_MULTICAST_ALL = getattr(socket, "IP_MULTICAST_ALL", 49)  # Linux
 
 
 @dataclass(frozen=True)
@@ -203,7 +202,7 @@ class MdnsDiscovery:
         self._aiozc = AsyncZeroconf(interfaces=list(self.scope.addresses))
         try:
             zc = self._aiozc.zeroconf
-            self._confine_sockets(zc)
+            confine_to_scope(zc, self.scope, self._log)
             self._browser = AsyncServiceBrowser(
                 zc, [self.SERVICE_TYPE], handlers=[self._on_state_change]
             )
@@ -219,35 +218,6 @@ class MdnsDiscovery:
         except BaseException:
             await self.close()
             raise
-
-    def _confine_sockets(self, zc: Any) -> None:
-        """Keep zeroconf's shared wildcard socket to the interfaces of our scope (Linux).
-
-        zeroconf listens on 0.0.0.0:5353.  With Linux's default
-        IP_MULTICAST_ALL=1 that socket also receives mDNS arriving on
-        interfaces *other* processes joined (e.g. a LAN-scoped node or avahi on
-        the same host), and it answers QU/unicast questions through that same
-        socket, so a "local" node would leak its records onto the LAN.  We
-        clear IP_MULTICAST_ALL and, when the scope lives on a single interface
-        (always the case for "local"), bind the socket to that device.  Both
-        are best effort (private zeroconf attributes, Linux-only options).
-        """
-        engine = getattr(zc, "engine", None)
-        listen = getattr(engine, "_listen_socket", None)
-        sockets = [listen, *(getattr(engine, "_respond_sockets", None) or [])]
-        for sock in sockets:
-            if isinstance(sock, socket.socket) and sock.family == socket.AF_INET:
-                try:
-                    sock.setsockopt(socket.IPPROTO_IP, _IP_MULTICAST_ALL, 0)
-                except OSError as exc:
-                    self._log.debug("zmesh discovery: cannot clear IP_MULTICAST_ALL: %s", exc)
-        devices = {h.name for h in list_host_interfaces() if str(h.interface.ip) in self.scope.addresses}
-        if len(devices) == 1 and isinstance(listen, socket.socket) and hasattr(socket, "SO_BINDTODEVICE"):
-            (device,) = devices
-            try:
-                listen.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, device.encode())
-            except OSError as exc:
-                self._log.debug("zmesh discovery: cannot bind mDNS socket to %s: %s", device, exc)
 
     async def _register(self, info: ServiceInfo) -> None:
         """Register our service (no probing) and wait for the announcements."""

@@ -4,7 +4,10 @@ Sockets are plain (non-asyncio) pyzmq sockets owned by the node's event loop:
 sends are non-blocking with no Future per message, and receives are drained
 in batches from ``loop.add_reader`` on ZMQ_FD. ZMQ_FD is edge-triggered, so
 every drain reads until EAGAIN and every send on a socket we also read from
-(the XPUB) re-checks ZMQ_EVENTS.
+(the XPUB) re-checks ZMQ_EVENTS. A loop without ``add_reader`` (Windows'
+Proactor loop) gets the same callbacks from a thread that polls the
+descriptors (:mod:`._reader_thread`); ``poller="thread"`` or
+``ZMESH_ZMQ_POLLER=thread`` chooses that thread on any loop.
 
 The publisher side is an XPUB so the node learns when a peer's SUB is really
 attached: each SUB subscribes to ``b"J" + its node key`` besides ``b"M"``, and
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
 import threading
 from collections import deque
@@ -25,9 +29,14 @@ from typing import Any, Callable, Iterator, Sequence
 import zmq
 
 from ..errors import AddressInUse, TransportError
+from ._reader_thread import ThreadReaders
 from .base import Transport, TransportCapabilities, TransportHost, endpoint_host
 
-__all__ = ["ZmqTransport", "open_sockets", "map_zmq_errors"]
+__all__ = ["POLLER_ENV_VAR", "ZmqTransport", "open_sockets", "map_zmq_errors"]
+
+POLLER_ENV_VAR = "ZMESH_ZMQ_POLLER"
+"""Environment variable read when ``ZmqTransport(poller=None)``: auto, loop or thread."""
+_POLLERS = ("auto", "loop", "thread")
 
 log = logging.getLogger("zmesh")
 
@@ -117,7 +126,9 @@ class _ZmqLink:
     libzmq's I/O threads, event loop or not) and a socket monitor reports
     the connection breaking: a killed peer at once, a frozen one or a cut
     link after the heartbeat timeout. The host hears of it once per lost
-    connection (``on_link_down``).
+    connection (``on_link_down``). A link closed after its connection broke
+    does not linger: what it still holds (a BYE) cannot leave, and lingering
+    would hold up the release of the ZeroMQ context.
     """
 
     __slots__ = ("_transport", "_sock", "_backlog", "_retry", "endpoint", "_monitor", "_up")
@@ -128,7 +139,7 @@ class _ZmqLink:
         self._backlog: deque[bytes] = deque()
         self._retry: asyncio.TimerHandle | None = None
         self._monitor: zmq.Socket[Any] | None = None
-        self._up = False
+        self._up: bool | None = None  # None: never connected; False: connected, then broke
         sock = _socket(transport._ctx, zmq.DEALER)
         try:
             sock.setsockopt(zmq.ROUTING_ID, transport._key.encode())
@@ -161,12 +172,15 @@ class _ZmqLink:
         monitor.setsockopt(zmq.LINGER, 0)
         monitor.connect(address)
         self._monitor = monitor
-        loop = self._transport._loop
-        if loop is not None:
-            loop.add_reader(_fd(monitor), self._on_monitor)
-            loop.call_soon(self._on_monitor)
+        transport = self._transport
+        if transport._loop is not None and transport._add_reader is not None:
+            transport._add_reader(_fd(monitor), self._on_monitor)
+            transport._loop.call_soon(self._on_monitor)
 
     def _on_monitor(self) -> None:
+        self._read_monitor(notify=True)
+
+    def _read_monitor(self, notify: bool) -> None:
         monitor = self._monitor
         if monitor is None or monitor.closed:
             return
@@ -179,7 +193,7 @@ class _ZmqLink:
                 elif event == _DISCONNECTED and self._up:
                     self._up = False
                     host = self._transport._host
-                    if host is not None:
+                    if notify and host is not None:
                         host.on_link_down(self)
                         if self._monitor is None:
                             return  # the host closed this link
@@ -190,10 +204,10 @@ class _ZmqLink:
         monitor, self._monitor = self._monitor, None
         if monitor is None:
             return
-        loop = self._transport._loop
-        if loop is not None and not monitor.closed:
+        remove_reader = self._transport._remove_reader
+        if remove_reader is not None and not monitor.closed:
             with contextlib.suppress(Exception):
-                loop.remove_reader(_fd(monitor))
+                remove_reader(_fd(monitor))
         _close(monitor)
 
     def send(self, frame: bytes) -> None:
@@ -239,6 +253,9 @@ class _ZmqLink:
             self._retry = None
         self._backlog.clear()
         if self._monitor is not None and self._sock is not None:
+            self._read_monitor(notify=False)  # events the loop has not read yet
+            if self._up is False:
+                linger_ms = 0
             with contextlib.suppress(zmq.ZMQError):
                 self._sock.disable_monitor()
         self._close_monitor()
@@ -249,19 +266,45 @@ class _ZmqLink:
 
 
 class ZmqTransport(Transport):
-    """ZeroMQ over TCP. ``interfaces`` as for Node; default local-only."""
+    """ZeroMQ over TCP. ``interfaces`` as for Node; default local-only.
+
+    ``poller`` is how the node's loop learns that a socket has input:
+    ``"loop"``, the loop's ``add_reader``; ``"thread"``, a thread that polls
+    the sockets' descriptors and wakes the loop (for loops without
+    ``add_reader``, such as Windows' default); ``"auto"`` (the default), the
+    loop's where it has one. None reads ``ZMESH_ZMQ_POLLER``.
+    """
 
     name = "zmq"
     capabilities = TransportCapabilities(level="frame", peers_can_vanish=True, discovery="mdns")
 
     def __init__(
-        self, *, interfaces: str | Sequence[str] | None = None, hwm: int = 100_000, port: int = 0, pub_port: int = 0
+        self,
+        *,
+        interfaces: str | Sequence[str] | None = None,
+        hwm: int = 100_000,
+        port: int = 0,
+        pub_port: int = 0,
+        poller: str | None = None,
     ) -> None:
         self.interfaces = interfaces
         self.hwm = hwm
         #: Fixed ports for the ROUTER (the endpoint seeds name) and the XPUB; 0: any free one.
         self.port = port
         self.pub_port = pub_port
+        if poller is None:
+            poller = os.environ.get(POLLER_ENV_VAR, "").strip().lower() or "auto"
+            where = f"{POLLER_ENV_VAR}={poller!r}"
+        else:
+            where = f"poller={poller!r}"
+        if poller not in _POLLERS:
+            raise TransportError(f"bad {where}: expected one of {', '.join(map(repr, _POLLERS))}")
+        self.poller = poller
+        #: "loop" or "thread" once started: how input is waited for.
+        self.poller_in_use: str | None = None
+        self._threaded: ThreadReaders | None = None
+        self._add_reader: Callable[[int, Callable[[], None]], None] | None = None
+        self._remove_reader: Callable[[int], object] | None = None
         #: (interval, timeout) in seconds of ZMTP heartbeats on links; None: off.
         self.link_heartbeat: tuple[float, float] | None = None
         self.addresses: tuple[str, ...] = ()
@@ -312,6 +355,7 @@ class ZmqTransport(Transport):
                 self._sub.setsockopt(zmq.MAXMSGSIZE, max_frame)
                 self._sub.setsockopt(zmq.SUBSCRIBE, b"M")
                 self._sub.setsockopt(zmq.SUBSCRIBE, b"J" + key.encode())
+            add_reader = self._choose_poller(loop, _fd(self._router))
         except TransportError:
             self._close_sockets()
             _release_context()
@@ -321,8 +365,30 @@ class ZmqTransport(Transport):
             (self._sub, self._drain_sub),
             (self._xpub, self._drain_xpub),
         ):
-            loop.add_reader(_fd(sock), drain)
+            add_reader(_fd(sock), drain)
             loop.call_soon(drain)
+
+    def _choose_poller(
+        self, loop: asyncio.AbstractEventLoop, router_fd: int
+    ) -> Callable[[int, Callable[[], None]], None]:
+        """The loop's add_reader where it has one (unless told otherwise), else a reader thread's."""
+        if self.poller != "thread":
+            try:
+                loop.remove_reader(router_fd)  # a no-op probe: Proactor raises NotImplementedError
+            except NotImplementedError:
+                if self.poller == "loop":
+                    raise TransportError(
+                        f"{type(loop).__name__} has no add_reader: use poller='thread' "
+                        f"(or {POLLER_ENV_VAR}=thread), or leave it on 'auto'"
+                    ) from None
+            else:
+                self.poller_in_use = "loop"
+                self._add_reader, self._remove_reader = loop.add_reader, loop.remove_reader
+                return loop.add_reader
+        self.poller_in_use = "thread"
+        self._threaded = ThreadReaders(loop)
+        self._add_reader, self._remove_reader = self._threaded.add_reader, self._threaded.remove_reader
+        return self._threaded.add_reader
 
     @property
     def router_endpoints(self) -> tuple[str, ...]:
@@ -553,9 +619,11 @@ class ZmqTransport(Transport):
             return
         self._closed = True
         for sock in (self._router, self._xpub, self._sub):
-            if sock is not None and not sock.closed:
+            if sock is not None and not sock.closed and self._remove_reader is not None:
                 with contextlib.suppress(Exception):
-                    self._loop.remove_reader(_fd(sock))
+                    self._remove_reader(_fd(sock))
+        if self._threaded is not None:  # before the sockets close: it must not poll their descriptors
+            self._threaded.close()
         self._close_sockets()
         _release_context()
 
