@@ -55,7 +55,7 @@ async def test_garbage_on_the_router_is_dropped_and_counted() -> None:
                 [msgpack.packb([1, [0, "message", "before", "hello"]])],
                 [msgpack.packb([1, [1, {"mesh": m.name}, [], True]])],  # HELLO missing fields
                 [msgpack.packb([1, [42]])],  # unknown item kind, no hello
-                [os.urandom(2048)],
+                [b"\xc1" + os.urandom(2047)],  # random, but never a msgpack array (0xc1 is unused)
                 [b"\x00" * 10_000_000],  # over ZMQ_MAXMSGSIZE: ZeroMQ drops the connection
             ]
             for parts in junk:
