@@ -69,13 +69,30 @@ async def _wait_for_a_member(node: Node, events: AsyncIterator[MeshEvent], args:
     raise CliError(f"no member of mesh {args.mesh!r} answered within {args.wait} s ({how})")
 
 
+def _still_joining(node: Node) -> bool:
+    """Is the node still knocking on, or shaking hands with, members it heard of?
+
+    The first member's HELLO lists the others; until each has answered, the
+    registry (what ``peers`` prints) misses them. Node has no public
+    property for this yet, so this reads its engine's handshake state.
+    """
+    members = node._engine.members
+    return any(k.state == "knocking" for k in members.knocks.values()) or any(
+        not p.joined for p in members.peers.values()
+    )
+
+
 async def join(args: argparse.Namespace) -> Node:
-    """A started node that has joined the mesh ``args`` names."""
+    """A started node that has joined the mesh ``args`` names: every member it heard of, if in time."""
     node = Node(args.mesh, name=f"cli-{os.getpid()}", seeds=args.seed, interfaces=args.interfaces)
     events = node.events()  # from before the start, so no refusal is missed
     try:
         await node.start()
         await _wait_for_a_member(node, events, args)
+        try:
+            await node.wait_until(lambda: not _still_joining(node), args.wait, "the other members")
+        except ZmeshError:
+            pass  # a member that does not answer: go on with those that did
         await node.settled(args.wait)
     except BaseException:
         await node.close()

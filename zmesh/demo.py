@@ -179,6 +179,7 @@ async def _story(node: Node, agents: _Agents, say: _Narrator) -> None:
     pid = agents.spawn("researcher-2", writer.router)
     say.say("start", f"newcomer researcher-2 (pid {pid}) joins through the writer's endpoint")
     await node.wait_for_agents("researcher-2", timeout=15)
+    await _converged(console, ("planner", "researcher-2", "writer"))  # the planner must know it too
     reply, ms = await _timed(lambda: console.request("planner", "plan.make", q, timeout=10))
     _check(reply.payload.get("researcher") == "researcher-2", f"newcomer not used: {reply.payload}")
     say.timed("request", "console -> planner", "plan.make", ms, "now uses researcher-2")
