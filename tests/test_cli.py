@@ -72,6 +72,12 @@ async def test_no_mesh_to_join_is_a_clear_error() -> None:
     assert "no member of mesh 'nobody-here' answered" in err
 
 
+async def test_a_mesh_name_node_refuses_is_a_usage_error_not_a_traceback() -> None:
+    code, out, err = await run_zmesh("peers", "--mesh", "a|b", "--seed", "tcp://127.0.0.1:1")
+    assert code == 2
+    assert err.startswith("zmesh peers: error: mesh name must be") and "Traceback" not in err, err
+
+
 async def test_version_prints_the_package_version() -> None:
     code, out, _ = await run_zmesh("--version")
     assert code == 0

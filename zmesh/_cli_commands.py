@@ -27,7 +27,11 @@ _MESH_MISMATCH = re.compile(r"mesh (?P<ours>'.*'|\".*\") is not (?P<theirs>'.*'|
 
 
 class CliError(Exception):
-    """A command cannot go on; the message says why and what to do (exit 1)."""
+    """A command cannot go on; the message says why and what to do."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code  # 2: the command line itself is wrong
 
 
 def _refusal_hint(node_id: str, reason: str) -> str:
@@ -84,7 +88,10 @@ def _still_joining(node: Node) -> bool:
 
 async def join(args: argparse.Namespace) -> Node:
     """A started node that has joined the mesh ``args`` names: every member it heard of, if in time."""
-    node = Node(args.mesh, name=f"cli-{os.getpid()}", seeds=args.seed, interfaces=args.interfaces)
+    try:
+        node = Node(args.mesh, name=f"cli-{os.getpid()}", seeds=args.seed, interfaces=args.interfaces)
+    except ValueError as exc:  # e.g. a mesh name Node refuses
+        raise CliError(str(exc), exit_code=2) from None
     events = node.events()  # from before the start, so no refusal is missed
     try:
         await node.start()

@@ -107,9 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = commands[args.command]
     try:
         return run_command(args.command, lambda: command(args))
-    except (CliError, ZmeshError) as exc:
-        kind = "error" if isinstance(exc, CliError) else type(exc).__name__
-        print(f"zmesh {args.command}: {kind}: {exc}", file=sys.stderr)
+    except CliError as exc:
+        print(f"zmesh {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except ZmeshError as exc:
+        print(f"zmesh {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 
 
