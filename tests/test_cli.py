@@ -1,42 +1,41 @@
-"""The zmesh command: demo, peers, send, request, sub against a live node."""
+"""The zmesh command: peers, send, request, sub against a live node; payloads and output.
+
+Signals are in test_cli_signals.py, the demo in test_cli_demo.py.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
+import math
 import os
-import sys
+from typing import Any
 
 import pytest
 
 import zmesh
+from tests.cli_process import CliProcess, run_zmesh
 from tests.helpers import wait_for
+from zmesh._cli_json import PayloadError, dumps, parse_payload
+from zmesh.cli import _parser
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(60)]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+def _strict_loads(text: str) -> Any:
+    def refuse(name: str) -> Any:
+        raise AssertionError(f"{name} in the output is not JSON: {text}")
+
+    return json.loads(text, parse_constant=refuse)
 
 
-async def _zmesh(*args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "zmesh.cli", *args,
-        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "ZMESH_INTERFACES": "127.0.0.1"},
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 45)
-    return proc.returncode or 0, out.decode(), err.decode()
-
-
-async def test_demo_runs_every_primitive_and_survives_the_kill() -> None:
-    code, out, err = await _zmesh("demo")
-    assert code == 0, out + err
-    for step in ("request ", "delegate ", "broadcast ", "send ", "handoff ", "SIGKILL researcher",
-                 "failed fast", "left every registry", "the newcomer took over", "zmesh demo finished"):
-        assert step in out, f"{step!r} missing from:\n{out}"
+def _mesh() -> str:
+    return f"cli-{os.getpid()}-{os.urandom(3).hex()}"
 
 
 async def test_peers_send_request_and_sub() -> None:
-    mesh = f"cli-{os.getpid()}"
+    mesh = _mesh()
     async with zmesh.Node(mesh, discovery=False) as node:
         b = node.agent("b", capabilities=("echo",))
         got: list[object] = []
@@ -44,45 +43,149 @@ async def test_peers_send_request_and_sub() -> None:
         b.add_handler("note", lambda msg: got.append(msg.payload))
         seed = ["--mesh", mesh, "--seed", node.endpoint]
 
-        code, out, err = await _zmesh("peers", *seed)
+        code, out, err = await run_zmesh("peers", *seed)
         assert code == 0, err
         assert "AGENT" in out and "b" in out.split() and "echo" in out
 
-        code, out, err = await _zmesh("request", *seed, "b", "echo", '{"x": 1}')
+        code, out, err = await run_zmesh("request", *seed, "b", "echo", '{"x": 1}')
         assert code == 0, err
         reply = json.loads(out)
         assert reply["echo"] == {"x": 1} and reply["from"].startswith("cli-")
 
-        code, out, err = await _zmesh("send", *seed, "b", "note", "hello")
+        code, out, err = await run_zmesh("send", *seed, "b", "note", '"hello"')
         assert code == 0, err
         await wait_for(lambda: got == ["hello"], 5, "the note")
 
-        sub = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "zmesh.cli", "sub", *seed, "news.>", "--count", "1",
-            cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "ZMESH_INTERFACES": "127.0.0.1"},
-        )
-        try:
+        async with CliProcess("sub", *seed, "news.>", "--count", "1") as sub:
             await wait_for(lambda: node.registry.subscribers("news.today.x"), 15, "the cli subscriber")
             assert await b.broadcast("news.today.x", {"n": 1}) == 1
-            out_b, err_b = await asyncio.wait_for(sub.communicate(), 15)
-        finally:
-            if sub.returncode is None:
-                sub.kill()
-                await sub.wait()
-        assert json.loads(out_b.decode()) == {"topic": "news.today.x", "sender": "b", "payload": {"n": 1}}
+            assert await sub.finish() == 0, sub.err
+        assert [json.loads(line) for line in sub.out] == [{"topic": "news.today.x", "sender": "b", "payload": {"n": 1}}]
 
-        code, out, err = await _zmesh("request", "--mesh", mesh, "--seed", node.endpoint, "nobody", "echo")
+        code, out, err = await run_zmesh("request", *seed, "nobody", "echo")
         assert code == 1 and "AgentNotRegistered" in err
 
 
 async def test_no_mesh_to_join_is_a_clear_error() -> None:
-    code, out, err = await _zmesh("peers", "--mesh", "nobody-here", "--seed", "tcp://127.0.0.1:1", "--wait", "0.5")
+    code, out, err = await run_zmesh("peers", "--mesh", "nobody-here", "--seed", "tcp://127.0.0.1:1", "--wait", "0.5")
     assert code == 1
     assert "no member of mesh 'nobody-here' answered" in err
 
 
+async def test_a_mesh_name_node_refuses_is_a_usage_error_not_a_traceback() -> None:
+    code, out, err = await run_zmesh("peers", "--mesh", "a|b", "--seed", "tcp://127.0.0.1:1")
+    assert code == 2
+    assert err.startswith("zmesh peers: error: mesh name must be") and "Traceback" not in err, err
+
+
 async def test_version_prints_the_package_version() -> None:
-    code, out, _ = await _zmesh("--version")
+    code, out, _ = await run_zmesh("--version")
     assert code == 0
     assert out.strip() == f"zmesh {zmesh.__version__}"
+
+
+# -- sub --count: exactly N -------------------------------------------------
+
+
+async def test_sub_count_prints_exactly_n_of_a_burst() -> None:
+    mesh = _mesh()
+    async with zmesh.Node(mesh, discovery=False) as node:
+        b = node.agent("b")
+        async with CliProcess("sub", "--mesh", mesh, "--seed", node.endpoint, "burst.>", "--count", "3") as sub:
+            await wait_for(lambda: node.registry.subscribers("burst.x"), 15, "the cli subscriber")
+            for n in range(10):
+                assert await b.broadcast("burst.x", {"n": n}) == 1
+            assert await sub.finish() == 0, sub.err
+        assert [json.loads(line)["payload"] for line in sub.out] == [{"n": 0}, {"n": 1}, {"n": 2}]
+
+
+@pytest.mark.parametrize("count", [1, 3])
+async def test_sub_count_prints_exactly_n_of_a_trickle(count: int) -> None:
+    mesh = _mesh()
+    async with zmesh.Node(mesh, discovery=False) as node:
+        b = node.agent("b")
+        async with CliProcess("sub", "--mesh", mesh, "--seed", node.endpoint, "tick", "--count", str(count)) as sub:
+            await wait_for(lambda: node.registry.subscribers("tick"), 15, "the cli subscriber")
+            n = 0
+            while not sub.exited and n < 200:  # keep ticking while it closes: later ticks must not print
+                await b.broadcast("tick", n)
+                n += 1
+                await asyncio.sleep(0.05)  # the pace of the trickle, 20 a second
+            assert await sub.finish() == 0, sub.err
+        assert [json.loads(line)["payload"] for line in sub.out] == list(range(count))
+
+
+# -- payloads: strict JSON in, strict JSON out ------------------------------
+
+
+@pytest.mark.parametrize("command", ["request", "send"])
+@pytest.mark.parametrize("payload, where", [('{"x": 1, "y": }', "line 1 column 15 (char 14)"), ('{"x": NaN}', "NaN")])
+async def test_a_payload_that_is_not_json_is_a_usage_error_and_never_sent(command: str, payload: str, where: str) -> None:
+    mesh = _mesh()
+    async with zmesh.Node(mesh, discovery=False) as node:
+        b = node.agent("b")
+        got: list[object] = []
+        b.add_handler("math.add", lambda msg: got.append(msg.payload))
+        code, out, err = await run_zmesh(command, "--mesh", mesh, "--seed", node.endpoint, "b", "math.add", payload)
+        assert code == 2, (out, err)
+        assert err.count("\n") == 1 and where in err and "--raw" in err, err
+        assert out == "" and got == [] and node.peers == []  # it never joined, so nothing was sent
+
+
+async def test_raw_sends_the_argument_as_a_plain_string() -> None:
+    mesh = _mesh()
+    async with zmesh.Node(mesh, discovery=False) as node:
+        node.agent("b").add_handler("echo", lambda msg: msg.payload)
+        code, out, err = await run_zmesh(
+            "request", "--mesh", mesh, "--seed", node.endpoint, "b", "echo", "--raw", '{"x": 1, "y": }')
+        assert code == 0, err
+        assert json.loads(out) == '{"x": 1, "y": }'
+
+
+async def test_output_is_strict_json_even_for_nan_and_infinity() -> None:
+    mesh = _mesh()
+    async with zmesh.Node(mesh, discovery=False) as node:
+        node.agent("b").add_handler(
+            "floats", lambda msg: {"nan": math.nan, "up": math.inf, "down": [-math.inf, 1.5]})
+        code, out, err = await run_zmesh("request", "--mesh", mesh, "--seed", node.endpoint, "b", "floats")
+        assert code == 0, err
+        assert _strict_loads(out) == {"nan": "NaN", "up": "Infinity", "down": ["-Infinity", 1.5]}
+
+
+def test_dumps_is_strict_json_for_what_json_cannot_hold() -> None:
+    value = {"f": [math.nan, math.inf, -math.inf, 0.5], 1: "int key", math.nan: "nan key", "b": b"\x00",
+             "t": (1, 2), None: True}
+    assert _strict_loads(dumps(value)) == {
+        "f": ["NaN", "Infinity", "-Infinity", 0.5], "1": "int key", "NaN": "nan key", "b": "b'\\x00'",
+        "t": [1, 2], "null": True,
+    }
+
+
+def test_parse_payload_names_the_position_and_refuses_constants() -> None:
+    assert parse_payload('{"x": [1, "two", null]}') == {"x": [1, "two", None]}
+    assert parse_payload(None) is None
+    with pytest.raises(PayloadError, match=r"line 1 column 15 \(char 14\)"):
+        parse_payload('{"x": 1, "y": }')
+    for constant in ("NaN", "Infinity", "-Infinity"):
+        with pytest.raises(PayloadError, match="not a JSON value"):
+            parse_payload(f"[{constant}]")
+
+
+def test_the_request_timeout_default_is_the_python_apis() -> None:
+    python_default = inspect.signature(zmesh.Agent.request).parameters["timeout"].default
+    parser, _ = _parser()
+    assert parser.parse_args(["request", "b", "topic"]).timeout == python_default
+
+
+# -- joining: a refusal stops at once ----------------------------------------
+
+
+async def test_a_mesh_name_mismatch_stops_at_once_and_says_so() -> None:
+    mesh = _mesh()
+    async with zmesh.Node(mesh, discovery=False) as node:
+        code, out, err = await run_zmesh(
+            "peers", "--mesh", mesh.upper(), "--seed", node.endpoint, "--wait", "30", timeout=15)
+    assert code == 1
+    last = err.strip().splitlines()[-1]
+    assert "mesh names differ" in last and f"--mesh {mesh}" in last, err
+    assert "check --seed" not in err

@@ -16,6 +16,7 @@ EXPECTED = {
     "blocking.py": ["reviewed 'chapter 1' (asked by writer)"],
     "observe_and_dead_letters.py": [
         "1 / 4 = 0.25",
+        "log error: zmesh: handler of agent 'flaky' for topic 'divide' raised ZeroDivisionError",
         "remote error, at once: ZeroDivisionError",
         "dead letter: not_found late trace-42",
         "late got are you there? trace trace-42",
@@ -40,5 +41,6 @@ def test_example_runs(name: str) -> None:
         env={**os.environ, "ZMESH_INTERFACES": "127.0.0.1"},
     )
     assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr, "an example's output reads as a crash"
     for line in EXPECTED[name]:
         assert line in result.stdout, f"{line!r} not in:\n{result.stdout}"

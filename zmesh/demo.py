@@ -1,146 +1,57 @@
 """``zmesh demo``: three agent processes collaborate, one dies, a newcomer takes over.
 
-Run it with ``zmesh demo``. Everything stays on 127.0.0.1. The agent roles
-are in this module too: ``python -m zmesh.demo ROLE SEED MESH`` runs one.
+Run it with ``zmesh demo``; ``zmesh demo --keep`` then leaves the mesh
+running and prints the ``zmesh`` command lines to try against it, until
+Ctrl-C. Everything stays on 127.0.0.1. The agent roles are in
+:mod:`zmesh._demo_roles`: ``python -m zmesh.demo ROLE SEED MESH`` runs one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
-from typing import Any, Callable, TextIO
+from typing import Any, Awaitable, Callable, Iterable, TextIO
 
-from .errors import AgentNotRegistered, PeerLost, ZmeshError
-from .message import Message
+from ._cli_signals import run_command
+from ._demo_roles import DEMO_LIVENESS, run_role
+from .errors import ZmeshError
 from .node import Node
 
 __all__ = ["run_demo", "DemoFailed"]
 
-EXPIRE_AFTER = 2.0
+#: Seconds a stopped agent process gets to say goodbye before it is killed.
+STOP_GRACE = 5.0
 
 
 class DemoFailed(Exception):
     pass
 
 
-# -- the agents (each runs in its own process) ------------------------------
-
-
-async def _role(role: str, seed: str, mesh: str) -> None:
-    from .liveness import LivenessConfig
-
-    liveness = LivenessConfig(heartbeat=0.25, evasive_after=1.0, expire_after=EXPIRE_AFTER)
-    async with Node(mesh, name=f"{role}-node", seeds=[seed], interfaces="local",
-                    discovery=False, liveness=liveness) as node:
-        state: dict[str, Any] = {"findings": [], "notes": []}
-        if role == "planner":
-            me = node.agent("planner", capabilities=("plan",))
-
-            @me.on("plan.make")
-            async def plan(msg: Message) -> Any:
-                started = time.perf_counter()
-                try:
-                    await node.wait_until(lambda: bool(node.registry.find("research")), 5, "a researcher")
-                except ZmeshError:
-                    return {"error": "no researcher in the mesh", "after_ms": 5000}
-                researchers = node.registry.find("research")
-                try:
-                    facts, outline = await asyncio.gather(
-                        me.request(researchers[0], "research.search", msg.payload, timeout=10),
-                        me.request("writer", "write.outline", msg.payload, timeout=10),
-                    )
-                except (PeerLost, AgentNotRegistered) as exc:
-                    return {"error": f"{type(exc).__name__}: {exc}",
-                            "after_ms": (time.perf_counter() - started) * 1000}
-                return {"researcher": researchers[0], "facts": facts.payload, "outline": outline.payload,
-                        "ms": (time.perf_counter() - started) * 1000}
-
-            @me.on("plan.handoff")
-            async def hand(msg: Message) -> Any:
-                target, task = msg.payload["to"], msg.payload["task"]
-                result = await me.handoff(target, task, {"owner_was": "planner"},
-                                          artifacts=[f"{task}.md"], timeout=5)
-                return {"accepted": result.accepted, "mine": sorted(me.tasks)}
-
-            @me.on("plan.note")
-            async def note(msg: Message) -> Any:
-                await me.send("writer", "notes.add", msg.payload)
-                return "sent"
-
-        elif role.startswith("researcher"):
-            me = node.agent(role, capabilities=("research",))
-
-            @me.on("research.search")
-            def search(msg: Message) -> Any:
-                return [f"{msg.payload['q']}: fact {i} (from {role})" for i in range(3)]
-
-            @me.on("research.summarize")
-            async def summarize(msg: Message) -> Any:
-                reply = await me.delegate("writer", msg, topic="write.summary", timeout=5)
-                return reply  # the writer's answer goes back to the requester
-
-            @me.on("research.publish")
-            async def publish(msg: Message) -> Any:
-                return await me.broadcast("findings.new", msg.payload)
-
-            @me.on_handoff
-            def take(h: Any) -> bool:
-                state["notes"].append(f"took {h.task_id} from {h.sender}")
-                return True
-
-        else:
-            me = node.agent("writer", capabilities=("write",))
-            await me.subscribe("findings.*", lambda m: state["findings"].append(m.payload))
-
-            @me.on("write.outline")
-            def outline(msg: Message) -> Any:
-                return ["intro", f"what we know about {msg.payload['q']}", "next steps"]
-
-            @me.on("write.summary")
-            def summary(msg: Message) -> Any:
-                return {"summary": f"summary of {msg.payload['q']}", "seen_sender": msg.sender,
-                        "correlation_id": msg.correlation_id}
-
-            @me.on("notes.add")
-            def add_note(msg: Message) -> None:
-                state["notes"].append(msg.payload)
-
-            @me.on_handoff
-            def accept(h: Any) -> bool:
-                return True
-
-        @me.on("mesh.view")
-        def view(msg: Message) -> Any:
-            return {"agents": sorted(node.registry.agents()), "subscribers": len(node.registry.subscribers("findings.new"))}
-
-        @me.on("status")
-        def status(msg: Message) -> Any:
-            return {"tasks": sorted(me.tasks), "findings": state["findings"], "notes": state["notes"]}
-
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        loop.add_reader(sys.stdin.fileno(), lambda: stop.set() if not os.read(sys.stdin.fileno(), 1) else None)
-        await stop.wait()
-
-
-# -- the narrator ------------------------------------------------------------
-
-
 class _Narrator:
+    """One line per step, in columns: time, what, who, topic, round trip, note."""
+
+    STEP, ROUTE, TOPIC = 9, 26, 18
+
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.t0 = time.perf_counter()
 
-    def say(self, text: str) -> None:
-        print(f"[{time.perf_counter() - self.t0:5.2f}s] {text}", file=self.out, flush=True)
+    def _print(self, text: str) -> None:
+        print(text.rstrip(), file=self.out, flush=True)
+
+    def say(self, step: str, text: str) -> None:
+        self._print(f"[{time.perf_counter() - self.t0:5.2f}s] {step:<{self.STEP}} {text}")
+
+    def timed(self, step: str, route: str, topic: str, ms: float, note: str = "") -> None:
+        self.say(step, f"{route:<{self.ROUTE}} {topic:<{self.TOPIC}} {ms:7.1f} ms  {note}")
 
     def detail(self, text: str) -> None:
-        print(f"         {text}", file=self.out, flush=True)
+        self._print(" " * (len("[00.00s] ") + self.STEP + 1) + text)
 
 
 def _check(condition: bool, what: str) -> None:
@@ -148,7 +59,7 @@ def _check(condition: bool, what: str) -> None:
         raise DemoFailed(what)
 
 
-async def _converged(node: Node, console: Any, roles: tuple[str, ...]) -> None:
+async def _converged(console: Any, roles: tuple[str, ...]) -> None:
     """Wait until every agent process sees every agent (and the writer's subscription)."""
     everyone = sorted(("console",) + roles)
     deadline = time.monotonic() + 15
@@ -163,135 +74,197 @@ async def _converged(node: Node, console: Any, roles: tuple[str, ...]) -> None:
             await asyncio.sleep(0.02)  # poll again shortly
 
 
-async def _timed(call: Callable[[], Any]) -> tuple[Any, float]:
+async def _timed(call: Callable[[], Awaitable[Any]]) -> tuple[Any, float]:
     started = time.perf_counter()
     result = await call()
     return result, (time.perf_counter() - started) * 1000
 
 
-async def _demo(out: TextIO) -> None:
+class _Agents:
+    """The demo's agent processes; ``stop()`` ends them all, killing what does not end in time."""
+
+    def __init__(self, mesh: str) -> None:
+        self.mesh = mesh
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def spawn(self, role: str, seed: str) -> int:
+        # A session of their own: Ctrl-C in the terminal reaches the demo only,
+        # which stops them in order. Their stdin is the demo's pipe: should the
+        # demo die without stopping them, they see it close and stop too.
+        self.procs[role] = subprocess.Popen(
+            [sys.executable, "-m", "zmesh.demo", role, seed, self.mesh],
+            stdin=subprocess.PIPE, start_new_session=True,
+            env={**os.environ, "ZMESH_INTERFACES": "127.0.0.1"},
+        )
+        return self.procs[role].pid
+
+    def exited(self) -> list[str]:
+        return [f"{role} (exit code {p.returncode})" for role, p in self.procs.items() if p.poll() is not None]
+
+    async def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + STOP_GRACE
+        while any(p.poll() is None for p in self.procs.values()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)  # poll: the agents are saying goodbye to their peers
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if proc.stdin is not None:
+                proc.stdin.close()
+
+
+async def _story(node: Node, agents: _Agents, say: _Narrator) -> None:
+    console = node.agent("console")
+    for role in ("planner", "researcher", "writer"):
+        agents.spawn(role, node.endpoint)
+    say.say("start", ", ".join(f"{r} (pid {p.pid})" for r, p in agents.procs.items()))
+    await node.wait_for_agents("planner", "researcher", "writer", timeout=15)
+    await _converged(console, ("planner", "researcher", "writer"))
+    say.say("joined", f"{len(node.registry.nodes())} nodes found each other: "
+            f"{', '.join(sorted(node.registry.agents()))}; no broker, no leader")
+
+    q = {"q": "peer-to-peer agent meshes"}
+    reply, ms = await _timed(lambda: console.request("planner", "plan.make", q, timeout=10))
+    plan = reply.payload
+    _check("facts" in plan, f"plan failed: {plan}")
+    say.timed("request", "console -> planner", "plan.make", ms)
+    say.detail(f"planner asked {plan['researcher']} and writer at once ({plan['ms']:.1f} ms): "
+               f"{len(plan['facts'])} facts, an outline of {len(plan['outline'])} parts")
+
+    reply, ms = await _timed(lambda: console.request("researcher", "research.summarize", q, timeout=10))
+    _check(reply.payload["seen_sender"] == "researcher", "delegate: writer did not see researcher")
+    _check(reply.payload["correlation_id"] == reply.correlation_id, "delegate lost the correlation id")
+    say.timed("delegate", "researcher -> writer", "write.summary", ms, "on console's behalf")
+    say.detail(f"writer saw sender {reply.payload['seen_sender']!r}; correlation id "
+               f"{reply.correlation_id[:12]}... kept end to end")
+
+    reply, ms = await _timed(lambda: console.request(
+        "researcher", "research.publish", {"finding": "meshes beat brokers on latency"}, timeout=10))
+    _check(reply.payload == 1, f"broadcast reached {reply.payload}, expected the writer only")
+    say.timed("broadcast", f"researcher -> {reply.payload} subscriber", "findings.new", ms)
+
+    reply, ms = await _timed(lambda: console.request("planner", "plan.note", {"note": "cite sources"}, timeout=10))
+    say.timed("send", "planner -> writer", "notes.add", ms, "fire-and-forget")
+
+    reply, ms = await _timed(lambda: console.request(
+        "planner", "plan.handoff", {"to": "researcher", "task": "research-backlog"}, timeout=10))
+    _check(reply.payload["accepted"], "handoff to researcher was refused")
+    say.timed("handoff", "planner -> researcher", "research-backlog", ms, "accepted")
+
+    status = (await console.request("writer", "status", timeout=5)).payload
+    _check(status["findings"] and status["notes"], f"writer state incomplete: {status}")
+    say.detail(f"writer got the broadcast {status['findings']} and the note {status['notes']}")
+
+    victim = agents.procs.pop("researcher")  # its end is the story, not a failure
+    say.say("kill", f"SIGKILL researcher (pid {victim.pid})")
+    killed_at = time.perf_counter()
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    reply, ms = await _timed(lambda: console.request("planner", "plan.make", q, timeout=20))
+    _check("error" in reply.payload, f"planner did not notice the dead researcher: {reply.payload}")
+    say.timed("request", "console -> planner", "plan.make", ms, "planner -> researcher failed fast:")
+    say.detail(f"{reply.payload['error'][:70]}, not after a 10 s timeout")
+    await node.wait_until(lambda: node.registry.node_of("researcher") is None, 10, "researcher to leave")
+    say.say("left", f"researcher left every registry {time.perf_counter() - killed_at:.1f} s after the kill")
+
+    reply, ms = await _timed(lambda: console.request("writer", "status", timeout=5))
+    say.timed("request", "console -> writer", "status", ms, "writer and planner carry on")
+
+    writer = node.registry.record("writer-node")
+    _check(writer is not None, "writer node missing")
+    assert writer is not None
+    pid = agents.spawn("researcher-2", writer.router)
+    say.say("start", f"newcomer researcher-2 (pid {pid}) joins through the writer's endpoint")
+    await node.wait_for_agents("researcher-2", timeout=15)
+    await _converged(console, ("planner", "researcher-2", "writer"))  # the planner must know it too
+    reply, ms = await _timed(lambda: console.request("planner", "plan.make", q, timeout=10))
+    _check(reply.payload.get("researcher") == "researcher-2", f"newcomer not used: {reply.payload}")
+    say.timed("request", "console -> planner", "plan.make", ms, "now uses researcher-2")
+    reply, ms = await _timed(lambda: console.request(
+        "planner", "plan.handoff", {"to": "researcher-2", "task": "research-backlog"}, timeout=10))
+    _check(reply.payload["accepted"], "researcher-2 refused the backlog")
+    say.timed("handoff", "planner -> researcher-2", "research-backlog", ms, "accepted: the newcomer took over")
+    stats = node.stats()
+    say.say("done", f"console node sent {stats['requests_sent']} requests, dropped {stats['dropped_total']} "
+            f"frames, {len(node.dead_letters)} dead letters")
+
+
+def _try_lines(mesh: str, seed: str, commands: Iterable[str]) -> list[str]:
+    """``zmesh`` command lines to run against the kept mesh, each ready to paste."""
+    base = ["--mesh", mesh, "--seed", seed]
+    tries = [
+        ["peers", *base],
+        ["request", *base, "planner", "plan.make", '{"q": "gossip protocols"}'],
+        ["sub", *base, "findings.>"],
+        ["request", *base, "researcher-2", "research.publish", '{"finding": "it works"}'],
+        ["top", *base],
+    ]
+    available = set(commands)
+    return [shlex.join(["zmesh", *t]) for t in tries if t[0] in available]
+
+
+def _what_next(out: TextIO, node: Node, commands: Iterable[str], keep: bool) -> None:
+    if not keep:
+        print("\nWhat next:\n"
+              "  zmesh demo --keep   run it again and leave the mesh up, with commands to try against it\n"
+              "  zmesh --help        peers, send, request, sub: use any running mesh from a shell",
+              file=out, flush=True)
+        return
+    print(f"\nThe mesh {node.mesh!r} keeps running: console (this process), planner, writer, researcher-2.\n"
+          f"Seed endpoint (the console node): {node.endpoint}\n"
+          "Try, from another terminal:", file=out)
+    for line in _try_lines(node.mesh, node.endpoint, commands):
+        print(f"  {line}", file=out)
+    print("Ctrl-C here stops the mesh.", file=out, flush=True)
+
+
+async def _demo(out: TextIO, keep: bool, commands: Iterable[str]) -> None:
     say = _Narrator(out)
-    mesh = f"demo-{os.getpid()}"
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    from .liveness import LivenessConfig
-
-    liveness = LivenessConfig(heartbeat=0.25, evasive_after=1.0, expire_after=EXPIRE_AFTER)
-    async with Node(mesh, name="console-node", interfaces="local", discovery=False, liveness=liveness) as node:
-        console = node.agent("console")
-        say.say(f"zmesh demo: mesh {mesh!r}, local-only (127.0.0.1); console node at {node.endpoint}")
-
-        def spawn(role: str, seed: str) -> None:
-            procs[role] = subprocess.Popen(
-                [sys.executable, "-m", "zmesh.demo", role, seed, mesh],
-                stdin=subprocess.PIPE,
-                env={**os.environ, "ZMESH_INTERFACES": "127.0.0.1"},
-            )
-
-        try:
-            for role in ("planner", "researcher", "writer"):
-                spawn(role, node.endpoint)
-            say.say("started 3 agent processes: " + ", ".join(f"{r} (pid {p.pid})" for r, p in procs.items()))
-            await node.wait_for_agents("planner", "researcher", "writer", timeout=15)
-            await _converged(node, console, ("planner", "researcher", "writer"))
-            say.say(f"they found each other: {len(node.registry.nodes())} nodes, agents "
-                    f"{sorted(node.registry.agents())}; no broker, no leader")
-
-            q = {"q": "peer-to-peer agent meshes"}
-            reply, ms = await _timed(lambda: console.request("planner", "plan.make", q, timeout=10))
-            plan = reply.payload
-            _check("facts" in plan, f"plan failed: {plan}")
-            say.say(f"request   console -> planner 'plan.make'            {ms:6.1f} ms round trip")
-            say.detail(f"planner asked {plan['researcher']} and writer concurrently ({plan['ms']:.1f} ms): "
-                       f"{len(plan['facts'])} facts, outline {plan['outline']}")
-
-            reply, ms = await _timed(lambda: console.request("researcher", "research.summarize", q, timeout=10))
-            _check(reply.payload["seen_sender"] == "researcher", "delegate: writer did not see researcher")
-            _check(reply.payload["correlation_id"] == reply.correlation_id, "delegate lost the correlation id")
-            say.say(f"delegate  researcher -> writer on console's behalf  {ms:6.1f} ms round trip")
-            say.detail(f"writer saw sender {reply.payload['seen_sender']!r}; correlation id "
-                       f"{reply.correlation_id[:12]}... kept end to end")
-
-            reply, ms = await _timed(lambda: console.request(
-                "researcher", "research.publish", {"finding": "meshes beat brokers on latency"}, timeout=10))
-            say.say(f"broadcast researcher 'findings.new' reached {reply.payload} subscriber(s)  {ms:6.1f} ms")
-            _check(reply.payload == 1, f"broadcast reached {reply.payload}, expected the writer only")
-
-            reply, ms = await _timed(lambda: console.request(
-                "planner", "plan.note", {"note": "cite sources"}, timeout=10))
-            say.say(f"send      planner -> writer 'notes.add' (fire-and-forget) {ms:6.1f} ms")
-
-            reply, ms = await _timed(lambda: console.request(
-                "planner", "plan.handoff", {"to": "researcher", "task": "research-backlog"}, timeout=10))
-            _check(reply.payload["accepted"], "handoff to researcher was refused")
-            say.say(f"handoff   planner -> researcher 'research-backlog' accepted  {ms:6.1f} ms")
-
-            async def writer_has() -> dict[str, Any]:
-                return (await console.request("writer", "status", timeout=5)).payload  # type: ignore[no-any-return]
-
-            status = await writer_has()
-            _check(status["findings"] and status["notes"], f"writer state incomplete: {status}")
-            say.detail(f"writer got the broadcast {status['findings']} and the note {status['notes']}")
-
-            say.say(f"SIGKILL researcher (pid {procs['researcher'].pid})")
-            killed_at = time.perf_counter()
-            procs["researcher"].send_signal(signal.SIGKILL)
-            procs["researcher"].wait()
-            reply, ms = await _timed(lambda: console.request("planner", "plan.make", q, timeout=20))
-            _check("error" in reply.payload, f"planner did not notice the dead researcher: {reply.payload}")
-            say.say(f"request   planner -> researcher failed fast: {reply.payload['error'][:60]}")
-            say.detail(f"after {reply.payload['after_ms']:.0f} ms, not the 10 s timeout")
-            await node.wait_until(lambda: node.registry.node_of("researcher") is None, 10, "researcher to leave")
-            say.say(f"researcher left every registry {time.perf_counter() - killed_at:.1f} s after the kill")
-
-            reply, ms = await _timed(lambda: console.request("writer", "status", timeout=5))
-            say.say(f"writer and planner carry on: writer answered in {ms:.1f} ms")
-
-            writer_seed = node.registry.record("writer-node")
-            _check(writer_seed is not None, "writer node missing")
-            assert writer_seed is not None
-            spawn("researcher-2", writer_seed.router)
-            say.say(f"newcomer researcher-2 (pid {procs['researcher-2'].pid}) joins through the writer's endpoint")
-            await node.wait_for_agents("researcher-2", timeout=15)
-            reply, ms = await _timed(lambda: console.request("planner", "plan.make", q, timeout=10))
-            _check(reply.payload.get("researcher") == "researcher-2", f"newcomer not used: {reply.payload}")
-            say.say(f"request   console -> planner 'plan.make' now uses researcher-2  {ms:6.1f} ms")
-            reply, ms = await _timed(lambda: console.request(
-                "planner", "plan.handoff", {"to": "researcher-2", "task": "research-backlog"}, timeout=10))
-            _check(reply.payload["accepted"], "researcher-2 refused the backlog")
-            say.say(f"handoff   planner -> researcher-2 'research-backlog': the newcomer took over  {ms:6.1f} ms")
-            stats = node.stats()
-            say.say(f"done: console node sent {stats.get('requests_sent', 0)} requests, "
-                    f"dropped {stats['dropped_total']} frames, {len(node.dead_letters)} dead letters")
-        finally:
-            for proc in procs.values():
-                if proc.poll() is None:
-                    proc.terminate()
-            for proc in procs.values():
-                try:
-                    proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                if proc.stdin is not None:
-                    proc.stdin.close()
-
-
-def run_demo(out: TextIO = sys.stdout) -> int:
-    """Run the demo; return the process exit code."""
     started = time.perf_counter()
-    try:
-        asyncio.run(_demo(out))
-    except (DemoFailed, ZmeshError) as exc:
-        print(f"zmesh demo FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    print(f"zmesh demo finished in {time.perf_counter() - started:.1f} s", file=out)
-    return 0
+    mesh = f"demo-{os.getpid()}"
+    agents = _Agents(mesh)
+    async with Node(mesh, name="console-node", interfaces="local", discovery=False,
+                    liveness=DEMO_LIVENESS) as node:
+        say.say("mesh", f"{mesh!r}, local-only (127.0.0.1); console node at {node.endpoint}")
+        try:
+            await _story(node, agents, say)
+            print(f"zmesh demo finished in {time.perf_counter() - started:.1f} s", file=out, flush=True)
+            _what_next(out, node, commands, keep)
+            while keep and not agents.exited():
+                await asyncio.sleep(0.2)  # poll: until Ctrl-C or an agent process ends
+            if keep:
+                raise DemoFailed(f"agent process ended: {', '.join(agents.exited())}; stopping the demo")
+        finally:
+            await agents.stop()
+
+
+def run_demo(out: TextIO | None = None, *, keep: bool = False, commands: Iterable[str] | None = None) -> int:
+    """Run the demo; return the process exit code (130/143 when stopped by SIGINT/SIGTERM).
+
+    ``commands`` are the ``zmesh`` subcommands a kept mesh suggests trying
+    (default: peers, request, sub).
+    """
+    stream = sys.stdout if out is None else out
+    suggest = ("peers", "request", "sub") if commands is None else tuple(commands)
+
+    async def main() -> int:
+        try:
+            await _demo(stream, keep, suggest)
+        except (DemoFailed, ZmeshError) as exc:
+            print(f"zmesh demo FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+        return 0
+
+    return run_command("demo", main)
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 4:
         sys.exit("usage: python -m zmesh.demo ROLE SEED MESH")
     try:
-        asyncio.run(_role(sys.argv[1], sys.argv[2], sys.argv[3]))
-    except KeyboardInterrupt:
+        asyncio.run(run_role(sys.argv[1], sys.argv[2], sys.argv[3]))
+    except KeyboardInterrupt:  # before its handlers were in place
         pass

@@ -1,0 +1,191 @@
+"""The ``zmesh`` commands that join a running mesh: peers, send, request, sub (internal)."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import inspect
+import os
+import re
+import sys
+from typing import Any, AsyncIterator
+
+from ._cli_json import dumps
+from .agent import Agent
+from .errors import ZmeshError
+from .message import Message
+from .node import Node
+from .registry import MeshEvent
+
+__all__ = ["CliError", "DEFAULT_REQUEST_TIMEOUT", "peers", "send", "sub"]
+
+#: ``zmesh request --timeout``'s default: the Python API's own (``Agent.request``).
+DEFAULT_REQUEST_TIMEOUT: float = float(inspect.signature(Agent.request).parameters["timeout"].default)
+
+_MESH_MISMATCH = re.compile(r"mesh (?P<ours>'.*'|\".*\") is not (?P<theirs>'.*'|\".*\")")
+
+
+class CliError(Exception):
+    """A command cannot go on; the message says why and what to do."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code  # 2: the command line itself is wrong
+
+
+def _refusal_hint(node_id: str, reason: str) -> str:
+    said = f"node {node_id!r} refused this node: {reason}"
+    mismatch = _MESH_MISMATCH.fullmatch(reason)
+    if mismatch is None:
+        return said
+    theirs = ast.literal_eval(mismatch["theirs"])
+    return f"{said}. The mesh names differ (they are case-sensitive): to join that mesh, pass --mesh {theirs}"
+
+
+async def _collect_refusals(events: AsyncIterator[MeshEvent], refusals: dict[str, str]) -> None:
+    async for event in events:
+        if event.kind == "peer_refused":
+            refusals.setdefault(event.node_id, event.detail)
+
+
+async def _wait_for_a_member(node: Node, events: AsyncIterator[MeshEvent], args: argparse.Namespace) -> None:
+    """Return once a member joined; CliError if none answers in time or every seed refused."""
+    refusals: dict[str, str] = {}
+    collector = asyncio.ensure_future(_collect_refusals(events, refusals))
+    seeds = len(set(args.seed))
+
+    def every_seed_refused() -> bool:
+        return bool(seeds) and len(refusals) >= seeds
+
+    try:
+        await node.wait_until(lambda: bool(node.peers) or every_seed_refused(), args.wait, "a member")
+    except ZmeshError:
+        pass
+    finally:
+        collector.cancel()
+        await asyncio.gather(collector, return_exceptions=True)
+    if node.peers:
+        return
+    if refusals:
+        raise CliError("; ".join(_refusal_hint(node_id, why) for node_id, why in sorted(refusals.items())))
+    how = "check --seed" if args.seed else "pass --seed, or check --interfaces and --mesh"
+    raise CliError(f"no member of mesh {args.mesh!r} answered within {args.wait} s ({how})")
+
+
+def _still_joining(node: Node) -> bool:
+    """Is the node still knocking on, or shaking hands with, members it heard of?
+
+    The first member's HELLO lists the others; until each has answered, the
+    registry (what ``peers`` prints) misses them. Node has no public
+    property for this yet, so this reads its engine's handshake state.
+    """
+    members = node._engine.members
+    return any(k.state == "knocking" for k in members.knocks.values()) or any(
+        not p.joined for p in members.peers.values()
+    )
+
+
+async def join(args: argparse.Namespace) -> Node:
+    """A started node that has joined the mesh ``args`` names: every member it heard of, if in time."""
+    try:
+        node = Node(args.mesh, name=f"cli-{os.getpid()}", seeds=args.seed, interfaces=args.interfaces)
+    except ValueError as exc:  # e.g. a mesh name Node refuses
+        raise CliError(str(exc), exit_code=2) from None
+    events = node.events()  # from before the start, so no refusal is missed
+    try:
+        await node.start()
+        await _wait_for_a_member(node, events, args)
+        try:
+            await node.wait_until(lambda: not _still_joining(node), args.wait, "the other members")
+        except ZmeshError:
+            pass  # a member that does not answer: go on with those that did
+        await node.settled(args.wait)
+    except BaseException:
+        await node.close()
+        raise
+    return node
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+async def peers(args: argparse.Namespace) -> int:
+    node = await join(args)
+    try:
+        rows = [["NODE", "ENDPOINT", "AGENT", "CAPABILITIES", "SUBSCRIPTIONS"]]
+        for rec in node.registry.nodes():
+            if rec.node_id == node.id:
+                continue
+            agents = sorted(rec.agents) or ["-"]
+            for i, agent_id in enumerate(agents):
+                dialled = node.peer_endpoint(rec.node_id)  # the endpoint we actually dial
+                rows.append([
+                    rec.node_id if i == 0 else "",
+                    (dialled or rec.router) if i == 0 else "",
+                    agent_id,
+                    ",".join(rec.agents.get(agent_id, ())) or "-",
+                    ",".join(sorted(rec.subs.get(agent_id, ()))) or "-",
+                ])
+        print(_table(rows))
+    finally:
+        await node.close()
+    return 0
+
+
+async def send(args: argparse.Namespace) -> int:
+    """``send`` and ``request``; ``args.payload_value`` is the parsed payload."""
+    node = await join(args)
+    try:
+        agent = node.agent(f"cli-{os.getpid()}")
+        await node.settled(args.wait)
+        if args.command == "send":
+            msg = await agent.send(args.target, args.topic, args.payload_value)
+            await node.settled(args.wait)  # let the frame leave before we close
+            print(f"sent {msg.id}")
+        else:
+            reply = await agent.request(args.target, args.topic, args.payload_value, timeout=args.timeout)
+            print(dumps(reply.payload))
+    finally:
+        await node.close()
+    return 0
+
+
+def _stdout_gone() -> None:
+    """The reader of stdout left (``zmesh sub ... | head``): drop what is still buffered."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+async def sub(args: argparse.Namespace) -> int:
+    """Print matching broadcasts, one JSON line each; with ``--count N``, exactly N, then exit."""
+    node = await join(args)
+    done = asyncio.Event()
+    printed = 0
+
+    # A coroutine handler runs on the loop, one at a time, so the count and
+    # the event are never raced by the worker threads plain handlers run in.
+    async def show(msg: Message) -> None:
+        nonlocal printed
+        if done.is_set():  # the rest of a burst, or what arrives while closing
+            return
+        try:
+            print(dumps({"topic": msg.topic, "sender": msg.sender, "payload": msg.payload}), flush=True)
+        except BrokenPipeError:
+            _stdout_gone()
+            done.set()
+            return
+        printed += 1
+        if args.count and printed >= args.count:
+            done.set()
+
+    try:
+        agent = node.agent(f"cli-{os.getpid()}")
+        await agent.subscribe(args.pattern, show)
+        await done.wait()
+    finally:
+        await node.close()
+    return 0
