@@ -75,6 +75,10 @@ class Node:
     size of the thread pool that runs plain ``def`` handlers. ``store`` (a
     file path, or a :class:`zmesh.store.Store`) keeps unacknowledged QoS 1/2
     messages and the ids of handled QoS 2 messages across restarts.
+    ``encoder`` converts payload objects of types zmesh does not carry (a
+    dataclass, a Pydantic model) into ones it does; ``decoder`` is called
+    with every dict of a received payload, like ``json.loads(object_hook=)``
+    (see "What travels as what" in the guide).
     """
 
     def __init__(
@@ -93,6 +97,8 @@ class Node:
         settle_timeout: float = 5.0,
         workers: int = DEFAULT_WORKERS,
         store: str | os.PathLike[str] | Store | None = None,
+        encoder: Callable[[Any], Any] | None = None,
+        decoder: Callable[[dict[Any, Any]], Any] | None = None,
     ) -> None:
         _check_name("mesh", mesh)
         if name is not None:
@@ -100,6 +106,9 @@ class Node:
         if not isinstance(max_payload, int) or max_payload < 1:
             raise ValueError("max_payload must be a positive number of bytes")
         _check_count("workers", workers)
+        for hook, what in ((encoder, "encoder"), (decoder, "decoder")):
+            if hook is not None and not callable(hook):
+                raise TypeError(f"{what} must be callable or None, got {hook!r}")
         self.mesh = mesh
         self.id = name or f"{socket.gethostname()[:24]}-{os.getpid()}-{os.urandom(6).hex()}"
         self.incarnation = "%016x%s" % (time.time_ns(), os.urandom(3).hex())
@@ -130,6 +139,8 @@ class Node:
                 choose=self.transport.choose,
                 wall_clock=self.clock.time,
                 store=store,
+                encoder=encoder,
+                decoder=decoder,
             )
         )
         self.max_frame = self._engine.max_frame

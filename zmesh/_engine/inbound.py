@@ -47,7 +47,13 @@ def direct(engine: Engine, key: str | None, frame: bytes) -> None:
             if kind == codec.MSG:
                 if key is not None and peer is None:
                     raise FrameError("unknown_peer", "message before hello")
-                _message(engine, codec.message_from_item(item), peer, size)
+                msg = codec.message_from_item(item)
+                if engine.decoder is not None:
+                    why = _decode(engine.decoder, msg)
+                    if why:  # its sender hears of it, as of an item that did not decode
+                        bad_item(engine, [codec.BAD, "decoder_error", why, item[:-1] + [None]], peer, where, key is None)
+                        continue
+                _message(engine, msg, peer, size)
             elif kind == codec.BAD:
                 bad_item(engine, item, peer, where, key is None)
             elif key is None:
@@ -94,9 +100,25 @@ def published(engine: Engine, frame: bytes) -> None:
                 raise FrameError("malformed", "published message with a target")
             if msg.sender not in peer.record.agents and seq <= peer.record.seq:
                 raise FrameError("spoofed_sender", msg.sender)
+            if engine.decoder is not None:
+                why = _decode(engine.decoder, msg)
+                if why:
+                    raise FrameError("decoder_error", why)
             _fan_out(engine, msg, size)
         except FrameError as exc:
             engine.drop(exc.reason, node_id, exc.detail)
+
+
+def _decode(decoder: codec.Decoder, msg: Message) -> str:
+    """Apply the node's decoder (``Node(decoder=...)``) to ``msg``'s payload;
+    "" when done, else why it failed. Error replies keep zmesh's own payload."""
+    if msg.status != "ok":
+        return ""
+    try:
+        msg.payload = codec.decode_payload(msg.payload, decoder)
+    except Exception as exc:  # the user's code: any error, said to the sender
+        return f"the node's decoder raised {type(exc).__name__}: {exc}"[:200]
+    return ""
 
 
 def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None:
