@@ -119,26 +119,29 @@ class ItemPacker:
         self.pack: Callable[[Any], bytes] = msgpack.Packer(strict_types=True, default=self._default).pack
 
     def _default(self, obj: Any) -> Any:
-        converted = _builtin(obj, self)
-        if converted is not _UNKNOWN:
-            return converted
-        if self.encoder is None:
-            raise PayloadRefused(obj, f"is of type {_type_name(obj)}, which zmesh does not send without an encoder: "
-                                      f"convert it to {_CARRIED}, or give the node one (Node(..., encoder=fn))")
-        try:
-            out = self.encoder(obj)
-        except Exception as exc:
-            raise PayloadRefused(obj, f"is of type {_type_name(obj)}, and the node's encoder raised on it: "
-                                      f"{type(exc).__name__}: {exc}") from exc
-        # msgpack calls default once per object: convert what the encoder returned here.
-        if out.__class__ in _NATIVE:
-            return out
-        converted = _builtin(out, self)
-        if converted is _UNKNOWN:
-            raise PayloadRefused(obj, f"is of type {_type_name(obj)}, and the node's encoder returned a value "
-                                      f"of type {_type_name(out)} for it, which zmesh does not send either: "
-                                      f"return {_CARRIED}")
-        return converted
+        out = _builtin(obj, self)
+        made_by = "whose value is"  # an Enum
+        if out is _UNKNOWN:
+            if self.encoder is None:
+                raise PayloadRefused(obj, f"is of type {_type_name(obj)}, which zmesh does not send without an "
+                                          f"encoder: convert it to {_CARRIED}, or give the node one "
+                                          "(Node(..., encoder=fn))")
+            try:
+                out = self.encoder(obj)
+            except Exception as exc:
+                raise PayloadRefused(obj, f"is of type {_type_name(obj)}, and the node's encoder raised on it: "
+                                          f"{type(exc).__name__}: {exc}") from exc
+            made_by = "and the node's encoder returned a value"
+        # msgpack calls default once per object: what it returned must be packable as it is.
+        for _ in range(16):
+            if out.__class__ in _NATIVE:
+                return out
+            converted = _builtin(out, self)
+            if converted is _UNKNOWN:
+                break
+            out = converted
+        raise PayloadRefused(obj, f"is of type {_type_name(obj)}, {made_by} of type {_type_name(out)}, "
+                                  f"which zmesh does not send either: use {_CARRIED}")
 
 
 def refusal(exc: PayloadRefused, payload: Any) -> InvalidMessage:
