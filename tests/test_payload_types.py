@@ -308,10 +308,19 @@ async def test_a_decoder_that_fails_answers_the_sender_and_the_node_keeps_workin
         # A reply the requester's own decoder fails on fails that request.
         with pytest.raises(zmesh.HandlerError, match=f"could not be decoded at node '{n1.id}'"):
             await a.request("b", "broken.result", None, timeout=20)
-        # One-way and broadcast: counted and logged at the receiver, not handled.
+        # One-way and broadcast: counted and logged at the receiver, not handled; a
+        # one-way message is dead-lettered there as it arrived, and a qos 1 one
+        # acknowledged (sending it again would fail the same way).
         await a.send("b", "put", broken)
+        await a.send("b", "put", broken, qos=1)
         await a.broadcast("news.x", broken)
-        await wait_for(lambda: n2.stats()["dropped"].get("decoder_error") == 3, what="the drops")
+        await wait_for(lambda: n2.stats()["dropped"].get("decoder_error") == 4, what="the drops")
+        assert await n1.wait_acked(timeout=10)
+        letters = [e for e in n2.dead_letters if e.message.topic == "put"]
+        assert [(e.reason, e.target, e.message.qos, e.message.payload) for e in letters] == [
+            ("handler_error", "b", 0, broken), ("handler_error", "b", 1, broken)]
+        assert "decoder raised KeyError" in letters[0].detail
+        assert list(n1.dead_letters) == []
         await a.send("b", "put", {"p": {"__type__": "Point", "x": 1, "y": 2}})
         await wait_for(lambda: got, what="the good message")
         assert got == [{"p": Point(1, 2)}]
@@ -331,3 +340,13 @@ def test_the_decoder_sees_every_dict_innermost_first() -> None:
     assert [d["k"] for d in seen] == [2, 1, 3, 0]
     assert seen[-1] == {"k": 0, "a": [("decoded", 1), "s"], "c": ("decoded", 3)}
     assert codec.decode_payload([1, "x", [b"y"]], hook) == [1, "x", [b"y"]]
+    assert payload == {"k": 0, "a": [{"k": 1, "b": {"k": 2}}, "s"], "c": {"k": 3}}  # new containers
+
+    def failing(d: dict[Any, Any]) -> Any:
+        if d.get("k") == 3:
+            raise ValueError("bad")
+        return "replaced"
+
+    with pytest.raises(ValueError):
+        codec.decode_payload(payload, failing)
+    assert payload == {"k": 0, "a": [{"k": 1, "b": {"k": 2}}, "s"], "c": {"k": 3}}  # as it arrived

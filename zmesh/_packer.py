@@ -208,15 +208,17 @@ def _tuple_key(obj: Any, depth: int) -> Any:
 
 def decode_payload(payload: Any, decoder: Decoder) -> Any:
     """``payload`` (as decoded from the wire) with ``decoder`` applied to every
-    dict in it, innermost first; what the decoder raises propagates."""
+    dict in it, innermost first, in new containers: when the decoder raises,
+    ``payload`` is as it was (a dead letter keeps what arrived)."""
     cls = payload.__class__
     if cls is dict:
-        for key, value in payload.items():
-            if value.__class__ is dict or value.__class__ is list:
-                payload[key] = decode_payload(value, decoder)  # same keys: safe while iterating
-        return decoder(payload)
+        return decoder({
+            key: decode_payload(value, decoder) if value.__class__ is dict or value.__class__ is list else value
+            for key, value in payload.items()
+        })
     if cls is list:
-        for index, value in enumerate(payload):
-            if value.__class__ is dict or value.__class__ is list:
-                payload[index] = decode_payload(value, decoder)
+        return [
+            decode_payload(value, decoder) if value.__class__ is dict or value.__class__ is list else value
+            for value in payload
+        ]
     return payload

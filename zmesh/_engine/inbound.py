@@ -5,7 +5,7 @@ dropped, counted and logged once per peer and reason (see docs/protocol.md).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import codec
 from ..errors import FrameError, ZmeshError
@@ -50,8 +50,8 @@ def direct(engine: Engine, key: str | None, frame: bytes) -> None:
                 msg = codec.message_from_item(item)
                 if engine.decoder is not None:
                     why = _decode(engine.decoder, msg)
-                    if why:  # its sender hears of it, as of an item that did not decode
-                        bad_item(engine, [codec.BAD, "decoder_error", why, item[:-1] + [None]], peer, where, key is None)
+                    if why:
+                        _undecodable(engine, msg, item, peer, where, key is None, why)
                         continue
                 _message(engine, msg, peer, size)
             elif kind == codec.BAD:
@@ -119,6 +119,27 @@ def _decode(decoder: codec.Decoder, msg: Message) -> str:
     except Exception as exc:  # the user's code: any error, said to the sender
         return f"the node's decoder raised {type(exc).__name__}: {exc}"[:200]
     return ""
+
+
+def _undecodable(
+    engine: Engine, msg: Message, item: list[Any], peer: Peer | None, where: str, loopback: bool, why: str
+) -> None:
+    """The node's decoder failed on direct message ``msg``. Its sender hears
+    of it as of an item that did not decode (a request is answered with an
+    error, a reply fails its request); a message for a local agent is
+    dead-lettered here like one whose handler raised, and a one-way qos >= 1
+    one is acknowledged: sending it again would fail the same way."""
+    bad_item(engine, [codec.BAD, "decoder_error", why, item[:-1] + [None]], peer, where, loopback)
+    if msg.type == "result" or msg.target not in engine.agents:
+        return
+    if peer is not None and msg.sender not in peer.record.agents:
+        return
+    if msg.qos and not msg.correlation_id:
+        origin = LOCAL if peer is None else peer.node_id
+        if not engine.reliable.accept(origin, msg):
+            return  # a repeat: acknowledged again, dead-lettered the first time
+        engine.handled(origin, msg)
+    engine.effects.append((DEAD, msg, "handler_error", why, msg.target))
 
 
 def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None:
