@@ -11,6 +11,7 @@ import enum
 import uuid
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -350,3 +351,27 @@ def test_the_decoder_sees_every_dict_innermost_first() -> None:
     with pytest.raises(ValueError):
         codec.decode_payload(payload, failing)
     assert payload == {"k": 0, "a": [{"k": 1, "b": {"k": 2}}, "s"], "c": {"k": 3}}  # as it arrived
+
+
+async def test_the_guides_encoder_and_decoder_work_as_shown() -> None:
+    pydantic = pytest.importorskip("pydantic")
+
+    class Reading(pydantic.BaseModel):  # type: ignore[misc, name-defined]
+        sensor: str
+        at: datetime
+
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "guide.md").read_text()
+    block = guide.split("**Teaching the encoder.**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    setup = "\n".join(line for line in block.splitlines() if not line.startswith("node = "))
+    namespace: dict[str, Any] = {"Point": Point, "Reading": Reading}
+    exec(setup, namespace)
+    payload = {"p": Point(1, 2), "r": Reading(sensor="t1", at=WHEN), "when": WHEN}
+    async with Mesh("inproc") as m:
+        n1 = await m.node(encoder=namespace["encode"], decoder=namespace["decode"])
+        n2 = await m.node(encoder=namespace["encode"], decoder=namespace["decode"])
+        a, b = n1.agent("a"), n2.agent("b")
+        b.add_handler("echo", lambda msg: msg.payload)
+        await m.converged()
+        assert (await a.request("b", "echo", payload, timeout=5)).payload == payload
+        with pytest.raises(zmesh.InvalidMessage, match="encoder raised on it: TypeError: no encoding for Opaque"):
+            await a.send("b", "echo", Opaque())
