@@ -8,6 +8,9 @@ itself: it comes back as a *bad item* ``[BAD, reason, detail, header]`` in
 its place, where ``header`` is the message's 15 fields with the payload
 replaced by None when the item was a MSG whose header still decodes (the
 engine answers such a request with an error), else None.
+
+A Timestamp extension (how a ``datetime`` travels) decodes to an aware
+``datetime`` in UTC (``timestamp=3``); nothing else in a frame uses it.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ def join_pub_frame(node_id: str, seq: int, items: list[bytes]) -> bytes:
 def decode_item(data: bytes) -> list[Any]:
     """Decode one encoded item (as kept in a store); FrameError if unusable."""
     try:
-        item = _unpackb(data, raw=False, strict_map_key=False, use_list=True)
+        item = _unpackb(data, raw=False, strict_map_key=False, use_list=True, timestamp=3)
     except Exception as exc:  # msgpack raises many types on garbage
         raise FrameError("malformed", type(exc).__name__) from None
     if not _is_item(item):
@@ -87,7 +90,7 @@ def _unpack(data: bytes, max_bytes: int, header: int) -> list[Any]:
     if len(data) > max_bytes:
         raise FrameError("oversized", f"{len(data)} bytes")
     try:
-        frame: list[Any] = _unpackb(data, raw=False, strict_map_key=False, use_list=True)
+        frame: list[Any] = _unpackb(data, raw=False, strict_map_key=False, use_list=True, timestamp=3)
     except Exception:  # msgpack raises many types on garbage, or one item is bad
         return _walk(data, header)
     if frame.__class__ is not list or len(frame) < header:
@@ -130,7 +133,7 @@ def _walk(data: bytes, header: int) -> list[Any]:
             return frame
         raw = data[start : unpacker.tell()]
         try:
-            item = _unpackb(raw, raw=False, strict_map_key=False, use_list=True)
+            item = _unpackb(raw, raw=False, strict_map_key=False, use_list=True, timestamp=3)
         except Exception as exc:
             frame.append([BAD, "malformed", f"item: {type(exc).__name__}: {exc}"[:200], _header(raw)])
             continue

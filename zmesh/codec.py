@@ -33,7 +33,7 @@ from ._frames import (
     join_frame,
     join_pub_frame,
 )
-from ._packer import ItemPacker, check_round_trip
+from ._packer import Decoder, Encoder, ItemPacker, PayloadRefused, check_round_trip, decode_payload, refusal
 from .errors import FrameError, InvalidMessage
 from .message import MESSAGE_TYPES, STATUSES, Message
 from .registry import NodeRecord, parse_record
@@ -54,7 +54,7 @@ __all__ = [
     "HANDLED",
     "DECLINED",
     "BAD",
-    "ItemPacker",
+    "ItemPacker", "Encoder", "Decoder", "decode_payload",
     "encode_message",
     "too_big",
     "encode_item",
@@ -132,6 +132,9 @@ def encode_message(msg: Message, max_payload: int, pack: ItemPacker | None = Non
     except KeyError as exc:
         packer.tuples = False
         raise InvalidMessage(f"unknown message type or status {exc}") from None
+    except PayloadRefused as exc:  # a type zmesh does not carry, or the encoder failed on it
+        packer.tuples = False
+        raise refusal(exc, msg.payload) from exc.__cause__
     except (TypeError, ValueError, OverflowError) as exc:
         packer.tuples = False
         raise InvalidMessage(f"message cannot be encoded with msgpack: {exc}") from None
@@ -139,16 +142,19 @@ def encode_message(msg: Message, max_payload: int, pack: ItemPacker | None = Non
         packer.tuples = False
         check_round_trip(item, msg.payload)
     if len(item) > max_payload:
-        raise too_big(msg, len(item), max_payload)
+        raise too_big(msg, len(item), max_payload, pack=packer)
     return item
 
 
-def too_big(msg: Message, size: int, limit: int, whose: str = "") -> InvalidMessage:
-    """The error for a message of ``size`` bytes encoded over ``limit``."""
+def too_big(msg: Message, size: int, limit: int, whose: str = "", pack: ItemPacker | None = None) -> InvalidMessage:
+    """The error for a message of ``size`` bytes encoded over ``limit``
+    (``pack``: the packer, with the node's encoder, that encoded it)."""
+    packer = ItemPacker() if pack is None else pack
     try:
-        payload = f"; its payload is {len(_packb(msg.payload))} bytes"
+        payload = f"; its payload is {len(packer.pack(msg.payload))} bytes"
     except Exception:
         payload = ""
+    packer.tuples = False
     return InvalidMessage(
         f"message is {size} bytes encoded, over the limit of {limit} bytes{whose} "
         f"(the limit counts the whole message: payload, topic, trace id and the other fields{payload})"

@@ -77,6 +77,10 @@ class Node:
     ``pub_port`` that of the publisher endpoint, which peers learn in the
     handshake (0, the default for both: any free port). ZeroMQ only;
     AddressInUse if the port is taken.
+    ``encoder`` converts payload objects of types zmesh does not carry (a
+    dataclass, a Pydantic model) into ones it does; ``decoder`` is called
+    with every dict of a received payload, like ``json.loads(object_hook=)``
+    (see "What travels as what" in the guide).
     """
 
     def __init__(
@@ -97,6 +101,8 @@ class Node:
         store: str | os.PathLike[str] | Store | None = None,
         port: int = 0,
         pub_port: int = 0,
+        encoder: Callable[[Any], Any] | None = None,
+        decoder: Callable[[dict[Any, Any]], Any] | None = None,
     ) -> None:
         check_name("mesh", mesh)
         if name is not None:
@@ -104,6 +110,9 @@ class Node:
         if not isinstance(max_payload, int) or max_payload < 1:
             raise ValueError("max_payload must be a positive number of bytes")
         _check_count("workers", workers)
+        for hook, what in ((encoder, "encoder"), (decoder, "decoder")):
+            if hook is not None and not callable(hook):
+                raise TypeError(f"{what} must be callable or None, got {hook!r}")
         self.mesh = mesh
         self.id = name or f"{socket.gethostname()[:24]}-{os.getpid()}-{os.urandom(6).hex()}"
         self.incarnation = "%016x%s" % (time.time_ns(), os.urandom(3).hex())
@@ -134,6 +143,8 @@ class Node:
                 choose=self.transport.choose,
                 wall_clock=self.clock.time,
                 store=store,
+                encoder=encoder,
+                decoder=decoder,
             )
         )
         self.max_frame = self._engine.max_frame

@@ -57,3 +57,6 @@ class EngineConfig:
     window_bytes: int = CREDIT_WINDOW_BYTES
     #: Durable QoS state (a :class:`zmesh.store.Store`); None keeps it in memory only.
     store: Any = None
+    #: Payload hooks (``Node(encoder=..., decoder=...)``, see zmesh/_packer.py).
+    encoder: codec.Encoder | None = None
+    decoder: codec.Decoder | None = None

@@ -81,7 +81,8 @@ class Engine(Outbound):
         self._now = 0.0
         self._next_tick = math.inf
         self.earliest = math.inf  # never later than the true next deadline; may be earlier
-        self._pack = codec.ItemPacker()  # an engine is used from one thread
+        self._pack = codec.ItemPacker(config.encoder)  # an engine is used from one thread
+        self.decoder = config.decoder
 
     # -- plumbing --------------------------------------------------------
 
@@ -282,7 +283,7 @@ class Engine(Outbound):
                 limit = peer.record.max_payload if peer is not None else self.max_payload
             if len(item) > limit:
                 whose = " of some node in the mesh" if route is None else f" of node {route!r}"
-                raise codec.too_big(msg, len(item), limit, whose)
+                raise codec.too_big(msg, len(item), limit, whose, self._pack)
         return item
 
     def admit(self, target: str) -> str | None:

@@ -5,7 +5,7 @@ dropped, counted and logged once per peer and reason (see docs/protocol.md).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import codec
 from ..errors import FrameError, ZmeshError
@@ -47,7 +47,13 @@ def direct(engine: Engine, key: str | None, frame: bytes) -> None:
             if kind == codec.MSG:
                 if key is not None and peer is None:
                     raise FrameError("unknown_peer", "message before hello")
-                _message(engine, codec.message_from_item(item), peer, size)
+                msg = codec.message_from_item(item)
+                if engine.decoder is not None:
+                    why = _decode(engine.decoder, msg)
+                    if why:
+                        _undecodable(engine, msg, item, peer, where, key is None, why)
+                        continue
+                _message(engine, msg, peer, size)
             elif kind == codec.BAD:
                 bad_item(engine, item, peer, where, key is None)
             elif key is None:
@@ -94,9 +100,46 @@ def published(engine: Engine, frame: bytes) -> None:
                 raise FrameError("malformed", "published message with a target")
             if msg.sender not in peer.record.agents and seq <= peer.record.seq:
                 raise FrameError("spoofed_sender", msg.sender)
+            if engine.decoder is not None:
+                why = _decode(engine.decoder, msg)
+                if why:
+                    raise FrameError("decoder_error", why)
             _fan_out(engine, msg, size)
         except FrameError as exc:
             engine.drop(exc.reason, node_id, exc.detail)
+
+
+def _decode(decoder: codec.Decoder, msg: Message) -> str:
+    """Apply the node's decoder (``Node(decoder=...)``) to ``msg``'s payload;
+    "" when done, else why it failed. Error replies keep zmesh's own payload."""
+    if msg.status != "ok":
+        return ""
+    try:
+        msg.payload = codec.decode_payload(msg.payload, decoder)
+    except Exception as exc:  # the user's code: any error, said to the sender
+        return f"the node's decoder raised {type(exc).__name__}: {exc}"[:200]
+    return ""
+
+
+def _undecodable(
+    engine: Engine, msg: Message, item: list[Any], peer: Peer | None, where: str, loopback: bool, why: str
+) -> None:
+    """The node's decoder failed on direct message ``msg``. Its sender hears
+    of it as of an item that did not decode (a request is answered with an
+    error, a reply fails its request); a message for a local agent is
+    dead-lettered here like one whose handler raised, and a one-way qos >= 1
+    one is acknowledged: sending it again would fail the same way."""
+    bad_item(engine, [codec.BAD, "decoder_error", why, item[:-1] + [None]], peer, where, loopback)
+    if msg.type == "result" or msg.target not in engine.agents:
+        return
+    if peer is not None and msg.sender not in peer.record.agents:
+        return
+    if msg.qos and not msg.correlation_id:
+        origin = LOCAL if peer is None else peer.node_id
+        if not engine.reliable.accept(origin, msg):
+            return  # a repeat: acknowledged again, dead-lettered the first time
+        engine.handled(origin, msg)
+    engine.effects.append((DEAD, msg, "handler_error", why, msg.target))
 
 
 def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None:
