@@ -34,8 +34,11 @@ class CliError(Exception):
         self.exit_code = exit_code  # 2: the command line itself is wrong
 
 
-def _refusal_hint(node_id: str, reason: str) -> str:
-    said = f"node {node_id!r} refused this node: {reason}"
+def _refusal_hint(who: str, reason: str, mesh: str) -> str:
+    """``who``: the refusing node's endpoint (older versions named the node)."""
+    said = f"{who} refused this node: {reason}"
+    if reason == "another mesh":  # a refusal says no more to a stranger
+        return f"{said}. The mesh names differ (they are case-sensitive): check --mesh (this node used {mesh!r})"
     mismatch = _MESH_MISMATCH.fullmatch(reason)
     if mismatch is None:
         return said
@@ -68,7 +71,7 @@ async def _wait_for_a_member(node: Node, events: AsyncIterator[MeshEvent], args:
     if node.peers:
         return
     if refusals:
-        raise CliError("; ".join(_refusal_hint(node_id, why) for node_id, why in sorted(refusals.items())))
+        raise CliError("; ".join(_refusal_hint(who, why, args.mesh) for who, why in sorted(refusals.items())))
     how = "check --seed" if args.seed else "pass --seed, or check --interfaces and --mesh"
     raise CliError(f"no member of mesh {args.mesh!r} answered within {args.wait} s ({how})")
 

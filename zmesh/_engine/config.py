@@ -11,7 +11,7 @@ from ..message import new_id
 
 __all__ = ["EngineConfig", "LOCAL", "BATCH_BYTES", "MAX_LOGGED_DROPS", "HEADER_ALLOWANCE", "first_endpoint",
            "SEED_RETRY", "SEED_RETRY_MAX", "DISCOVERED_PATIENCE", "LOST_PATIENCE", "MAX_READY_KEYS",
-           "REDISCOVER_MIN", "REDISCOVER_MAX", "CREDIT_WINDOW", "CREDIT_WINDOW_BYTES"]
+           "REDISCOVER_MIN", "REDISCOVER_MAX", "MAX_REFUSALS_PER_SECOND", "CREDIT_WINDOW", "CREDIT_WINDOW_BYTES"]
 
 LOCAL = "\x00local"  # outbox key of this node's own agents
 BATCH_BYTES = 256 * 1024  # a batch is flushed early once it reaches this size
@@ -31,6 +31,7 @@ LOST_PATIENCE = 300.0  # a peer that went silent is knocked on this long (a cut 
 REDISCOVER_MIN = 10.0  # while knocking on a lost peer, refresh discovery after this ...
 REDISCOVER_MAX = 60.0  # ... doubling up to this
 MAX_READY_KEYS = 1024  # subscribers seen before their HELLO, remembered at most
+MAX_REFUSALS_PER_SECOND = 8  # refusals answered (each opens a connection to where the stranger says)
 
 
 def first_endpoint(endpoints: tuple[str, ...]) -> str | None:

@@ -24,7 +24,9 @@ from . import timers
 from .config import (
     DISCOVERED_PATIENCE,
     LOST_PATIENCE,
+    MAX_LOGGED_DROPS,
     MAX_READY_KEYS,
+    MAX_REFUSALS_PER_SECOND,
     REDISCOVER_MIN,
     SEED_RETRY,
     SEED_RETRY_MAX,
@@ -93,6 +95,7 @@ class Members:
         self.next_rediscover = 0.0
         self.last_tick: float | None = None  # when liveness was last checked
         self.rediscover_every = REDISCOVER_MIN
+        self._refusals = (0.0, 0)  # (since, how many) refusals answered in this second
 
     # -- transitions -----------------------------------------------------
 
@@ -159,10 +162,11 @@ class Members:
         if record.node_id == e.node_id:
             raise FrameError("self", "hello from a node with our own id")
         if record.mesh != e.mesh:
-            self.refuse(record, f"mesh {record.mesh!r} is not {e.mesh!r}")
+            self.refuse(record, f"mesh {record.mesh!r} is not {e.mesh!r}", "another mesh")
             return
         if record.version != e.version:
-            self.refuse(record, f"protocol version {record.version} is not {e.version}")
+            self.refuse(record, f"protocol version {record.version} is not {e.version}",
+                        "another protocol version")
             return
         peer = self.peers.get(record.node_id)
         if peer is not None and peer.incarnation != record.incarnation:
@@ -274,15 +278,24 @@ class Members:
         if peer.joined:
             self.merge_and_ack(peer)
 
-    def refuse(self, record: NodeRecord, reason: str) -> None:
+    def refuse(self, record: NodeRecord, reason: str, said: str) -> None:
+        """Refuse a node of another mesh or version. ``reason`` is for our own
+        log and event; the node itself hears only ``said``, which tells a
+        stranger nothing about this mesh (not its name, not ours)."""
         e = self.e
         e.drop("refused", record.node_id, f"refused node {record.node_id!r}: {reason}")
         e.out((EVENT, MeshEvent("peer_refused", record.node_id, detail=reason)))
+        now = e.now
+        if now - self._refusals[0] >= 1.0:
+            self._refusals = (now, 0)
+        if self._refusals[1] >= MAX_REFUSALS_PER_SECOND:
+            return  # each answer opens a connection to where the stranger says: not on demand
+        self._refusals = (self._refusals[0], self._refusals[1] + 1)
         endpoint = e.choose(record.routers)
         if endpoint is None:
             return
         link = e.open_link(endpoint)
-        refusal = Refuse(reason, e.node_id, e.routers)
+        refusal = Refuse(said, "", e.routers)
         e.out((SEND, link, join_frame([encode_control(refusal)])))
         e.out((CLOSE, link))
 
@@ -292,10 +305,12 @@ class Members:
         matched = [k for k in waiting if k.endpoint in refuse.endpoints]
         for knock in matched or waiting:  # a seed spelled differently: stop all that wait
             self.move(knock, "refused")
-        if (refuse.node_id, "refused_us") not in e.logged_drops:
-            e.logged_drops.add((refuse.node_id, "refused_us"))
-            log.error("zmesh %s: refused by node %r: %s", e.node_id, refuse.node_id, printable(refuse.reason))
-        e.out((EVENT, MeshEvent("peer_refused", refuse.node_id, detail=refuse.reason)))
+        # A refusal names no node (older versions did): say where it came from.
+        who = refuse.node_id or (matched[0].endpoint if matched else refuse.endpoints[0] if refuse.endpoints else "?")
+        if (who, "refused_us") not in e.logged_drops and len(e.logged_drops) < MAX_LOGGED_DROPS:
+            e.logged_drops.add((who, "refused_us"))
+            log.error("zmesh %s: refused by %s: %s", e.node_id, printable(who), printable(refuse.reason))
+        e.out((EVENT, MeshEvent("peer_refused", who, detail=refuse.reason)))
 
     # -- departures ------------------------------------------------------
 

@@ -1,0 +1,253 @@
+"""A hostile peer for tests/test_hostile.py: raw pyzmq and msgpack, no zmesh.
+
+    python -m tests._hostile_peer '{"router": ..., "pub": ..., "mesh": ..., ...}'
+
+It knows only what an attacker on the same host could: a node's endpoints
+and what the node tells it. It prints one JSON line per event ("ready",
+"joined", "sent", "answered" ...) and reads one JSON command per line on
+stdin; it exits when stdin closes (or after ``lifetime`` seconds), closing
+every socket.
+
+Settings (the JSON argument):
+
+* ``router``, ``pub``: the victim node's endpoints.
+* ``mesh``, ``name``, ``inc``, ``agents``: who it says it is. Without
+  ``name`` it never joins (a stranger).
+* ``answer``: reply to every request it receives with this payload
+  (an impostor of the agents it claims).
+* ``knock``: say HELLO(reply=true) again every this many seconds (a node
+  that wants in keeps knocking).
+* ``peers``: how many made-up peers its HELLO lists.
+
+Commands (stdin):
+
+* ``{"cmd": "raw", "routing_id": ..., "frames": [hex, ...], "repeat": n, "every": s}``:
+  send frames from a DEALER with this routing id (a stranger, or one that
+  pretends to be another node's connection).
+* ``{"cmd": "replies", "target": agent, "corr": [...], "count": n}``: forged
+  replies from our agent to ``target``'s pending requests.
+* ``{"cmd": "messages", "target": agent, "topic_bytes": n, "payload_bytes": n,
+  "count": n, "topic": "..."}``: direct messages from our agent.
+* ``{"cmd": "flood", "bytes": n, "frame_bytes": n}``: PING items from a
+  DEALER that never says HELLO.
+* ``{"cmd": "ghosts", "count": n}``: HELLOs of ``n`` made-up nodes, one DEALER each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import msgpack
+import zmq
+
+MSG, HELLO, ACK, PING, PONG = 0, 1, 3, 4, 5
+
+
+def say(**event: Any) -> None:
+    print(json.dumps(event), flush=True)
+
+
+class Hostile:
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+        self.ctx = zmq.Context()
+        self.ctx.setsockopt(zmq.MAX_SOCKETS, 8192)
+        self.sockets: list[zmq.Socket[Any]] = []
+        self.router = self.socket(zmq.ROUTER)
+        self.router_port = self.router.bind_to_random_port("tcp://127.0.0.1")
+        self.xpub = self.socket(zmq.XPUB)
+        self.pub_port = self.xpub.bind_to_random_port("tcp://127.0.0.1")
+        self.name: str | None = cfg.get("name")
+        self.inc = cfg.get("inc", "0000000000000001000001")
+        self.key = f"{self.name}|{self.inc}"
+        self.dealer: zmq.Socket[Any] | None = None
+        self.sub: zmq.Socket[Any] | None = None
+        self.joined = False
+        self.answered = 0
+        self.received: list[Any] = []
+        self.next_knock = 0.0
+        self.next_beat = 0.0
+        self.ids = 0
+        self.pending = b""
+
+    def socket(self, kind: int, **options: Any) -> zmq.Socket[Any]:
+        sock = self.ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        for name, value in options.items():
+            sock.setsockopt(getattr(zmq, name), value)
+        self.sockets.append(sock)
+        return sock
+
+    def new_id(self) -> str:
+        self.ids += 1
+        return f"{int(time.time() * 1000):012x}{os.getpid():010x}{self.ids:06x}"
+
+    # -- who we say we are ---------------------------------------------------
+
+    def record(self) -> dict[str, Any]:
+        router, pub = f"tcp://127.0.0.1:{self.router_port}", f"tcp://127.0.0.1:{self.pub_port}"
+        return {
+            "mesh": self.cfg["mesh"], "node": self.name, "inc": self.inc, "v": 1,
+            "router": router, "pub": pub, "routers": [router], "pubs": [pub], "seq": 1,
+            "agents": {a: [] for a in self.cfg.get("agents", [])}, "subs": {}, "max_payload": 1 << 20,
+        }
+
+    def hello(self, reply: bool) -> bytes:
+        peers = [[f"ghost-{i}", [f"tcp://127.0.0.1:{20000 + i}"]] for i in range(self.cfg.get("peers", 0))]
+        return msgpack.packb([1, [HELLO, self.record(), peers, reply]])
+
+    def join(self) -> None:
+        self.sub = self.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"J" + self.key.encode())
+        self.sub.connect(self.cfg["pub"])
+        self.dealer = self.socket(zmq.DEALER, ROUTING_ID=self.key.encode())
+        self.dealer.connect(self.cfg["router"])
+        self.dealer.send(self.hello(True))
+        self.next_knock = time.monotonic() + self.cfg.get("knock", 1e9)
+
+    # -- what arrives ----------------------------------------------------------
+
+    def on_router(self) -> None:
+        while self.router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            parts = self.router.recv_multipart()
+            try:
+                frame = msgpack.unpackb(parts[-1], raw=False, strict_map_key=False)
+            except Exception:
+                continue
+            for item in frame[1:]:
+                self.on_item(item)
+
+    def on_item(self, item: list[Any]) -> None:
+        kind = item[0]
+        if kind in (ACK, HELLO) and not self.joined and self.name:
+            self.joined = True
+            say(event="joined")
+        elif kind == PING and len(item) > 1 and item[1] is True and self.dealer is not None:
+            self.dealer.send(msgpack.packb([1, [PONG]]))
+        elif kind == MSG and len(item) == 15:
+            self.received.append(item[5])
+            answer = self.cfg.get("answer")
+            if answer is not None and item[6] and item[2] != 1 and self.dealer is not None:
+                reply = [MSG, self.new_id(), 1, item[4], item[7] or item[3], item[5], item[6], "",
+                         item[8], 0, None, time.time(), item[12], 0, answer]
+                self.dealer.send(msgpack.packb([1, reply]))
+                self.answered += 1
+                say(event="answered", count=self.answered)
+
+    # -- commands --------------------------------------------------------------
+
+    def command(self, cmd: dict[str, Any]) -> None:
+        what = cmd["cmd"]
+        if what == "raw":
+            dealer = self.socket(zmq.DEALER, ROUTING_ID=cmd["routing_id"].encode())
+            dealer.connect(self.cfg["router"])
+            frames = [bytes.fromhex(f) for f in cmd["frames"]]
+            for i in range(cmd.get("repeat", 1)):
+                for frame in frames:
+                    dealer.send(frame)
+                if cmd.get("every"):
+                    self.wait(cmd["every"])
+            say(event="sent", cmd=what)
+        elif what == "replies":
+            assert self.dealer is not None
+            sender = self.cfg["agents"][0]
+            sent = 0
+            for _ in range(cmd.get("count", 1)):
+                for corr in cmd["corr"]:
+                    reply = [MSG, self.new_id(), 1, sender, cmd["target"], "whoami", corr, "", 3, 0, None,
+                             time.time(), "", 0, "forged"]
+                    self.dealer.send(msgpack.packb([1, reply]))
+                    sent += 1
+            say(event="sent", cmd=what, count=sent)
+        elif what == "messages":
+            assert self.dealer is not None
+            sender = self.cfg["agents"][0]
+            topic = cmd.get("topic") or "t." + "x" * cmd.get("topic_bytes", 1)
+            payload = b"p" * cmd.get("payload_bytes", 1)
+            for i in range(cmd["count"]):
+                msg = [MSG, self.new_id(), 3, sender, cmd["target"], f"{topic}{i}" if cmd.get("vary") else topic,
+                       "", "", 3, 0, None, time.time(), "", 0, payload]
+                self.dealer.send(msgpack.packb([1, msg]))
+                if i % 16 == 15:
+                    self.wait(0.001)  # let the node's flow of ACKs and our beats through
+            say(event="sent", cmd=what, count=cmd["count"])
+        elif what == "flood":
+            dealer = self.socket(zmq.DEALER, ROUTING_ID=b"flooder", SNDHWM=0)
+            dealer.connect(self.cfg["router"])
+            ping = msgpack.packb([PING, True])
+            per_frame = max(1, cmd.get("frame_bytes", 1 << 20) // len(ping))
+            frame = b"\xdd" + (per_frame + 1).to_bytes(4, "big") + msgpack.packb(1) + ping * per_frame
+            sent = 0
+            while sent < cmd["bytes"]:
+                dealer.send(frame)
+                sent += len(frame)
+            say(event="sent", cmd=what, bytes=sent)
+        elif what == "ghosts":
+            for i in range(cmd["count"]):
+                name, inc = f"ghost-node-{i}", "0000000000000001000001"
+                dealer = self.socket(zmq.DEALER, ROUTING_ID=f"{name}|{inc}".encode())
+                dealer.connect(self.cfg["router"])
+                record = dict(self.record(), node=name, inc=inc, agents={},
+                              router=f"tcp://127.0.0.1:{30000 + i}", routers=[f"tcp://127.0.0.1:{30000 + i}"])
+                dealer.send(msgpack.packb([1, [HELLO, record, [], False]]))
+            say(event="sent", cmd=what, count=cmd["count"])
+        else:
+            say(event="error", what=f"unknown command {what!r}")
+
+    # -- the loop --------------------------------------------------------------
+
+    def wait(self, seconds: float) -> None:
+        """Serve the router for ``seconds`` (answer pings and requests, keep beating)."""
+        end = time.monotonic() + seconds
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            self.step(min(left, 0.05), stdin=False)
+
+    def step(self, timeout: float, stdin: bool = True) -> bool:
+        poller = zmq.Poller()
+        poller.register(self.router, zmq.POLLIN)
+        if stdin:
+            poller.register(sys.stdin.fileno(), zmq.POLLIN)
+        ready = dict(poller.poll(int(timeout * 1000)))
+        if self.router in ready:
+            self.on_router()
+        now = time.monotonic()
+        if self.dealer is not None and now >= self.next_knock:
+            self.dealer.send(self.hello(True))
+            self.next_knock = now + self.cfg.get("knock", 1e9)
+        if self.dealer is not None and now >= self.next_beat:
+            self.dealer.send(msgpack.packb([1, [PING, False]]))
+            self.next_beat = now + 0.1
+        if stdin and sys.stdin.fileno() in ready:
+            data = os.read(sys.stdin.fileno(), 65536)
+            if not data:
+                return False
+            self.pending += data
+            while b"\n" in self.pending:
+                line, _, self.pending = self.pending.partition(b"\n")
+                if line.strip():
+                    self.command(json.loads(line))
+        return True
+
+    def run(self) -> None:
+        if self.name:
+            self.join()
+        say(event="ready", router=f"tcp://127.0.0.1:{self.router_port}", key=self.key)
+        end = time.monotonic() + self.cfg.get("lifetime", 60.0)
+        try:
+            while time.monotonic() < end and self.step(0.05):
+                pass
+        finally:
+            for sock in self.sockets:
+                sock.close(0)
+            self.ctx.term()
+
+
+if __name__ == "__main__":
+    Hostile(json.loads(sys.argv[1])).run()

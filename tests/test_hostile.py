@@ -1,0 +1,381 @@
+"""Hostile peers against a local keyless mesh: what needs no key to stop.
+
+Each test is one attack from issue 10, made by a separate process with raw
+pyzmq and msgpack (``tests/_hostile_peer.py``) that knows only a node's
+endpoints and what the node tells it, or by raw sockets in this process
+where the attack is about bytes, not connections. Each checks that the
+attack fails and that the victim's own traffic still works, with a request
+round trip close to the one measured before the attack.
+
+What keyless mode cannot stop (any local process can join as a new node,
+read broadcasts, or take a node name nobody holds) is docs/security.md's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+import tracemalloc
+from typing import Any
+
+import msgpack
+import pytest
+import zmq
+
+import zmesh
+from tests.helpers import Mesh, wait_for
+from zmesh.transport import zmq as zmq_transport
+
+pytestmark = [pytest.mark.timeout(60)]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAST = zmesh.LivenessConfig(heartbeat=0.2, evasive_after=1.0, expire_after=3.0)
+
+
+class Attacker:
+    """``async with Attacker(settings) as bad``: the hostile peer process."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = settings
+        self.events: list[dict[str, Any]] = []
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Attacker:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests._hostile_peer", json.dumps(self.settings), cwd=ROOT, env=env,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )
+        self._reader = asyncio.ensure_future(self._read())
+        await self.expect("ready")
+        return self
+
+    async def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        while line := await self._proc.stdout.readline():
+            self.events.append(json.loads(line))
+
+    async def expect(self, event: str, timeout: float = 20.0, **match: Any) -> dict[str, Any]:
+        found: list[dict[str, Any]] = []
+
+        def seen() -> bool:
+            found[:] = [e for e in self.events if e["event"] == event and all(e.get(k) == v for k, v in match.items())]
+            return bool(found)
+
+        await wait_for(lambda: seen() or (self._proc is not None and self._proc.returncode is not None),
+                       timeout, f"the attacker to report {event!r}")
+        assert found, f"the attacker exited before {event!r}: {self.events}"
+        return found[-1]
+
+    def send(self, **command: Any) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write((json.dumps(command) + "\n").encode())
+
+    async def __aexit__(self, *exc: object) -> None:
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None
+        proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+        if self._reader is not None:
+            await self._reader
+
+
+async def _rtt(agent: zmesh.Agent, target: str, n: int = 20) -> float:
+    """Median round trip of ``n`` requests to ``target`` (each checked: answered by the real agent)."""
+    times = []
+    for _ in range(n):
+        started = time.perf_counter()
+        reply = await agent.request(target, "whoami", timeout=10)
+        times.append(time.perf_counter() - started)
+        assert reply.payload == target, f"{target!r} was answered by {reply.payload!r}"
+    return statistics.median(times)
+
+
+def _bound(baseline: float) -> float:
+    return max(20 * baseline, 0.5)
+
+
+async def _still_fast(agent: zmesh.Agent, target: str, baseline: float) -> None:
+    rtt = await _rtt(agent, target, 5)
+    assert rtt <= _bound(baseline), f"round trip {rtt * 1000:.1f} ms, baseline {baseline * 1000:.1f} ms"
+
+
+def _hosting(node: zmesh.Node, agent_id: str) -> zmesh.Agent:
+    agent = node.agent(agent_id)
+    agent.add_handler("whoami", lambda msg: agent_id)
+    return agent
+
+
+def _settings(node: zmesh.Node, **more: Any) -> dict[str, Any]:
+    return {"router": node.endpoint, "pub": node.pub_endpoint, "mesh": node.mesh, **more}
+
+
+async def _trio(m: Mesh, **options: Any) -> tuple[zmesh.Node, zmesh.Node, zmesh.Node, zmesh.Agent]:
+    """alice (the victim), bob and carol; alice's agent ``a`` asks ``bob`` and ``carol``."""
+    alice = await m.node(name="alice", **options)
+    bob = await m.node(name="bob", **options)
+    carol = await m.node(name="carol", **options)
+    a = _hosting(alice, "a")
+    _hosting(bob, "bob")
+    _hosting(carol, "carol")
+    await m.converged(10)
+    return alice, bob, carol, a
+
+
+def _dropped(node: zmesh.Node, reason: str) -> int:
+    return int(node.stats()["dropped"].get(reason, 0))
+
+
+# -- a: a HELLO claiming a joined node's name ---------------------------------------
+
+
+async def test_a_newer_incarnation_does_not_take_over_a_live_node() -> None:
+    async with Mesh("zmq", liveness=FAST) as m:
+        alice, bob, _, a = await _trio(m)
+        baseline = await _rtt(a, "bob")
+        real = alice._engine.members.peers["bob"].incarnation
+
+        def bob_is_real() -> bool:
+            peer = alice._engine.members.peers.get("bob")
+            return peer is not None and peer.incarnation == real
+
+        async with Attacker(**_settings(alice, name="bob", inc="f" * 22, agents=["bob"], answer="intruder",
+                                        knock=0.05)) as bad:
+            # It knocks again and again, past the time the node takes to see that bob lives.
+            for claims in (10, 40):
+                await wait_for(lambda: _dropped(alice, "claimed_node") >= claims or not bob_is_real(), 20,
+                               "the claims to be refused")
+                assert bob_is_real(), alice._engine.members.peers.get("bob")
+                assert alice.registry.node_of("bob") == "bob"
+                await _still_fast(a, "bob", baseline)
+            assert not [e for e in bad.events if e["event"] == "answered"]
+        await _still_fast(a, "bob", baseline)
+
+
+# -- b, c: another node's routing id; a forged BYE -------------------------------------
+
+
+async def test_another_nodes_routing_id_cannot_be_taken_over() -> None:
+    async with Mesh("zmq", liveness=FAST) as m:
+        alice, bob, _, a = await _trio(m)
+        baseline = await _rtt(a, "bob")
+        before = _dropped(alice, "unknown_peer")
+        ping = msgpack.packb([1, [4, False]]).hex()
+        async with Attacker(**_settings(alice)) as bad:
+            # bob's node key is no secret (its HELLO, its join marker carry it)
+            bad.send(cmd="raw", routing_id=bob.key, frames=[ping], repeat=100, every=0.02)
+            attack = asyncio.ensure_future(bad.expect("sent"))
+            while not attack.done():
+                await _still_fast(a, "bob", baseline)
+            await attack
+            await wait_for(lambda: _dropped(alice, "unknown_peer") >= before + 100, 10, "the forged frames")
+        assert sorted(alice.peers) == ["bob", "carol"] and "alice" in bob.peers
+        await _still_fast(a, "bob", baseline)
+
+
+async def test_a_forged_bye_removes_nobody() -> None:
+    async with Mesh("zmq", liveness=FAST) as m:
+        alice, bob, carol, a = await _trio(m)
+        baseline = await _rtt(a, "bob")
+        bye = msgpack.packb([1, [6, "closed"]]).hex()
+        async with Attacker(**_settings(alice)) as bad:
+            before = _dropped(alice, "unknown_peer")
+            bad.send(cmd="raw", routing_id=bob.key, frames=[bye])
+            await bad.expect("sent")
+            await wait_for(lambda: _dropped(alice, "unknown_peer") > before or "bob" not in alice.peers, 10,
+                           "the forged BYE")
+            assert sorted(alice.peers) == ["bob", "carol"]
+            assert alice.registry.node_of("bob") == "bob"
+        await _still_fast(a, "bob", baseline)
+        await _still_fast(a, "carol", baseline)
+
+
+# -- d: forged replies --------------------------------------------------------------
+
+
+async def test_a_reply_from_another_node_is_dropped() -> None:
+    async with Mesh("zmq", liveness=FAST) as m:
+        alice, bob, _, a = await _trio(m)
+        baseline = await _rtt(a, "bob")
+        release = asyncio.Event()
+
+        async def slow(msg: zmesh.Message) -> str:
+            await release.wait()
+            return "real"
+
+        bob.agents["bob"].add_handler("slow", slow)
+        async with Attacker(**_settings(alice, name="mallory", agents=["m"])) as bad:
+            await bad.expect("joined")
+            await alice.wait_for_agents("m", timeout=10)
+            pending = asyncio.ensure_future(a.request("bob", "slow", timeout=20))
+            await wait_for(lambda: len(alice._engine.requests) == 1, 5, "the request")
+            (_, corr), = alice._engine.requests.keys()
+            # Even knowing the correlation id, a joined node that is not bob cannot answer.
+            bad.send(cmd="replies", target="a", corr=[corr], count=50)
+            await bad.expect("sent", cmd="replies")
+            await wait_for(lambda: _dropped(alice, "spoofed_reply") >= 50 or pending.done(), 10, "the forgeries")
+            assert not pending.done(), pending.result().payload
+            release.set()
+            reply = await pending
+            assert reply.payload == "real"
+        await _still_fast(a, "bob", baseline)
+
+
+def test_request_ids_are_not_guessable_from_earlier_ones() -> None:
+    ids = [zmesh.Message(correlation_id="x").id for _ in range(3)]  # a plain message id: time-sortable
+    assert ids == sorted(ids)
+    requests = [zmesh.message.new_request_id() for _ in range(1000)]
+    assert len({r[12:] for r in requests}) == 1000
+    # No shared per-process part, no counter: each id has 64 random bits after the time.
+    assert len({r[12:22] for r in requests}) > 990
+    assert all(len(r) == 28 and int(r, 16) >= 0 for r in requests)
+
+
+# -- e: REFUSE --------------------------------------------------------------------------
+
+
+async def test_a_refusal_tells_a_stranger_nothing_about_the_mesh() -> None:
+    async with Mesh("zmq") as m:
+        node = await m.node(name="secret-node-name")
+        ctx = zmq.Context.instance()
+        router, dealer = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+        try:
+            for sock in (router, dealer):
+                sock.setsockopt(zmq.LINGER, 0)
+            port = router.bind_to_random_port("tcp://127.0.0.1")
+            key = "stranger|0000000000000001000001"
+            dealer.setsockopt(zmq.ROUTING_ID, key.encode())
+            dealer.connect(node.endpoint)
+            endpoint = f"tcp://127.0.0.1:{port}"
+            record = {"mesh": "some-other-mesh", "node": "stranger", "inc": key.split("|")[1], "v": 1,
+                      "router": endpoint, "pub": endpoint, "seq": 1, "agents": {}, "subs": {}}
+            dealer.send(msgpack.packb([1, [1, record, [], True]]))
+            await wait_for(lambda: router.poll(0), 5, "the answer to the HELLO")
+            _, frame = router.recv_multipart()
+            refusal = msgpack.unpackb(frame)
+            assert refusal[1][0] == 7
+            text = repr(refusal)
+            assert m.name not in text and "secret-node-name" not in text, text
+            assert node.stats()["dropped"]["refused"] == 1
+        finally:
+            router.close()
+            dealer.close()
+
+
+# -- f: ghost peers ------------------------------------------------------------------------
+
+
+async def test_a_hello_full_of_made_up_peers_opens_a_bounded_number_of_sockets() -> None:
+    async with Mesh("zmq") as m:
+        alice = await m.node(name="alice")
+        a = _hosting(alice, "a")
+        before = zmq_transport.open_sockets()
+        async with Attacker(**_settings(alice, name="mallory", agents=["m"], peers=1500)) as bad:
+            await bad.expect("joined")
+            await wait_for(lambda: "mallory" in alice.peers, 10, "the attacker to join")
+            bad.send(cmd="ghosts", count=300)
+            await bad.expect("sent", cmd="ghosts")
+            await wait_for(lambda: _dropped(alice, "too_many_joining") > 0, 10, "ghosts beyond the bound")
+            assert zmq_transport.open_sockets() - before <= 2 * 2 * 130, zmq_transport.open_sockets()
+            # A real node still joins, at once.
+            late = await m.node(name="late", seeds=[alice.endpoint])
+            _hosting(late, "late")
+            await alice.wait_for_agents("late", timeout=10)
+            assert (await a.request("late", "whoami", timeout=5)).payload == "late"
+            assert zmq_transport.open_sockets() - before <= 2 * 2 * 130 + 6
+
+
+# -- g: a flood from a sender that never joined ------------------------------------------
+
+
+async def test_a_flood_from_a_stranger_stays_cheap() -> None:
+    async with Mesh("zmq", liveness=FAST) as m:
+        alice, bob, _, a = await _trio(m)
+        baseline = await _rtt(a, "bob")
+        events = alice.events()
+        async with Attacker(**_settings(alice)) as bad:
+            before = _dropped(alice, "unknown_peer")
+            bad.send(cmd="flood", bytes=12 << 20, frame_bytes=1 << 20)
+            flood = asyncio.ensure_future(bad.expect("sent", cmd="flood"))
+            while not flood.done():
+                await _still_fast(a, "bob", baseline)
+            await flood
+            await wait_for(lambda: _dropped(alice, "unknown_peer") >= before + 12, 20, "the flood to be read")
+            assert _dropped(alice, "unknown_peer") <= before + 13  # one count per frame: nothing decoded
+        await _still_fast(a, "bob", baseline)
+        assert sorted(alice.peers) == ["bob", "carol"] and "alice" in bob.peers
+        left = []
+        while True:
+            try:
+                left.append(await asyncio.wait_for(events.__anext__(), 0.01))
+            except asyncio.TimeoutError:
+                break
+        assert not [e for e in left if e.kind in ("peer_left", "peer_evasive")], left
+
+
+# -- h, i: memory ---------------------------------------------------------------------------
+
+
+async def _traced_growth(alice: zmesh.Node, bad: Attacker, command: dict[str, Any], done: Any) -> int:
+    """Bytes still allocated (tracemalloc) after the attack ``command`` was handled."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        bad.send(**command)
+        await bad.expect("sent", cmd=command["cmd"], timeout=40)
+        await wait_for(done, 30, "the attack to be handled")
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.timeout(120)
+async def test_huge_topics_do_not_pile_up_in_a_cache() -> None:
+    async with Mesh("zmq") as m:
+        alice = await m.node(name="alice", max_payload=2 << 20)
+        victim = _hosting(alice, "v")
+        seen: list[str] = []
+        victim.add_handler("t.>", lambda msg: seen.append(msg.topic[:3]))
+        async with Attacker(**_settings(alice, name="mallory", agents=["m"])) as bad:
+            await bad.expect("joined")
+            await alice.wait_for_agents("m", timeout=10)
+            total = 300
+            growth = await _traced_growth(
+                alice, bad, {"cmd": "messages", "target": "v", "topic_bytes": 1 << 20, "count": total, "vary": True},
+                lambda: alice.stats()["messages_received"] + _dropped(alice, "malformed") >= total,
+            )
+            assert growth < 32 << 20, f"{growth >> 20} MiB kept"
+            assert (await victim.request("v", "whoami", timeout=5)).payload == "v"
+
+
+@pytest.mark.timeout(120)
+async def test_dead_letters_are_bounded_in_bytes() -> None:
+    async with Mesh("zmq") as m:
+        alice = await m.node(name="alice")
+        victim = _hosting(alice, "v")
+        async with Attacker(**_settings(alice, name="mallory", agents=["m"])) as bad:
+            await bad.expect("joined")
+            await alice.wait_for_agents("m", timeout=10)
+            total = 200
+            growth = await _traced_growth(
+                alice, bad, {"cmd": "messages", "target": "v", "topic": "nobody.handles.this",
+                             "payload_bytes": (1 << 20) - 1024, "count": total},
+                lambda: alice.dead_letters.total >= total,
+            )
+            letters = alice.dead_letters
+            assert growth < letters.max_bytes + (16 << 20), f"{growth >> 20} MiB kept"
+            assert letters.bytes <= letters.max_bytes == 64 << 20
+            assert letters.evicted >= total - 64 and len(letters) < total
+            assert (await victim.request("v", "whoami", timeout=5)).payload == "v"
