@@ -9,7 +9,7 @@ from ._routes import Routes
 from .clock import Clock
 from .errors import InvalidMessage, NodeClosed
 from .handlers import handler_mode
-from .message import MESSAGE_TYPES, Message, check_options, new_id
+from .message import MESSAGE_TYPES, Message, check_options, new_request_id
 from .topics import _valid_topics as _checked_topics
 from .topics import check_pattern, check_topic
 
@@ -195,8 +195,8 @@ class Agent:
             qos,
             ttl,
         )
-        if correlation_id is _OWN_ID:  # a new request: its own (unique) id pairs the reply
-            msg.correlation_id = msg.id
+        if correlation_id is _OWN_ID:  # a new request: its own id, unguessable, pairs the reply
+            msg.id = msg.correlation_id = new_request_id()
         self._host.stamp(msg, trace_id)
         return msg
 
@@ -267,7 +267,7 @@ class Agent:
             request.qos,
             request.ttl,
             request.trace_id or None,
-            request.correlation_id or new_id(),
+            request.correlation_id or new_request_id(),
         )
         return await self._host.request(msg, timeout, "delegate")
 

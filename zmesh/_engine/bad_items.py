@@ -39,7 +39,7 @@ def bad_item(engine: Engine, item: list[Any], peer: Peer | None, where: str, loo
     if msg.type == "result":
         if msg.correlation_id:
             msg.status, msg.payload = "error", error
-            engine.requests.resolve(msg)
+            engine.requests.resolve(msg, engine.node_id if peer is None else peer.node_id)
         return
     if msg.target:
         engine.flow.taken(LOCAL if peer is None else peer.node_id, msg.target)

@@ -147,7 +147,7 @@ def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None
         raise FrameError("spoofed_sender", msg.sender)
     engine.stats["messages_received"] += 1
     if msg.type == "result" and msg.correlation_id:
-        if not engine.requests.resolve(msg):
+        if not engine.requests.resolve(msg, engine.node_id if peer is None else peer.node_id):
             engine.stats["late_replies"] += 1
     elif not msg.target:
         _fan_out(engine, msg, size)

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import PeerLost, Timeout
+from ..errors import FrameError, PeerLost, Timeout
 from ..message import Message
 from .effects import FAILED, REPLIED
 
@@ -81,11 +81,18 @@ class Requests:
             if pending.message.qos:
                 self._settle(pending.message.id)
 
-    def resolve(self, msg: Message) -> bool:
-        """A reply arrived; False when nobody waits for it (late or unknown)."""
-        pending = self.pending.pop((msg.target, msg.correlation_id), None)
+    def resolve(self, msg: Message, node_id: str) -> bool:
+        """A reply arrived from node ``node_id``; False when nobody waits for it
+        (late or unknown). FrameError ``spoofed_reply`` when the request went
+        to another node: only the node that hosts the agent it was sent to
+        (or was sent again to) answers it."""
+        key = (msg.target, msg.correlation_id)
+        pending = self.pending.get(key)
         if pending is None:
             return False
+        if pending.node_id != node_id:
+            raise FrameError("spoofed_reply", f"a reply from node {node_id!r} to a request sent to another node")
+        del self.pending[key]
         pending.done = True
         if pending.message.qos:
             self._settle(pending.message.id)
