@@ -28,7 +28,15 @@ import pytest
 import zmq
 
 import zmesh
+from tests.engine_pair import LIVENESS, Net, kinds, make_engine, pub, router
 from tests.helpers import Mesh, wait_for
+from zmesh import codec
+from zmesh._engine import admission
+from zmesh._engine import effects as fx
+from zmesh._engine.config import (
+    DISCOVERED_PATIENCE, MAX_CONNECTING, MAX_KNOCKING, MAX_REFUSALS_PER_SECOND, MAX_WAITING, SEED_RETRY_MAX,
+)
+from zmesh.registry import NodeRecord
 from zmesh.transport import zmq as zmq_transport
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -379,3 +387,95 @@ async def test_dead_letters_are_bounded_in_bytes() -> None:
             assert letters.bytes <= letters.max_bytes == 64 << 20
             assert letters.evicted >= total - 64 and len(letters) < total
             assert (await victim.request("v", "whoami", timeout=5)).payload == "v"
+
+
+# -- the same defences in the engine alone (no sockets, no real time) -----------------------
+
+
+def _hello_from(net: Net, dst: str, key: str, record: NodeRecord, peers: tuple[Any, ...] = (),
+                reply: bool = True) -> None:
+    frame = codec.join_frame([codec.encode_control(codec.Hello(record, peers, reply))])
+    net.engines[dst].receive_direct(key, frame, net.now)
+    net.pump(dst)
+
+
+def _record(name: str, inc: str = "0001", mesh: str = "lab", agents: tuple[str, ...] = ()) -> NodeRecord:
+    return NodeRecord(name, inc, mesh, codec.PROTOCOL_VERSION, router(name), pub(name),
+                      agents={a: () for a in agents})
+
+
+def _engine_pair() -> Net:
+    net = Net(make_engine("a", agents=("a1",)), make_engine("b", agents=("b1",)))
+    net.connect("a", "b")
+    net.deliver_all()
+    assert net.joined("a", "b")
+    return net
+
+
+def test_engine_claims_on_a_live_peer_never_take_over() -> None:
+    net = _engine_pair()
+    a = net.engines["a"]
+    for inc, key in (("0009", "b|0009"), ("0001", "b|0001|another-connection")):
+        for _ in range(40):  # knocking for 20 s, far past any window
+            _hello_from(net, "a", key, _record("b", inc, agents=("b1", "evil")))
+            net.advance(net.now + 0.5)
+        assert a.members.peers["b"].key == "b|0001" and a.members.peers["b"].incarnation == "0001"
+        assert a.registry.node_of("evil") is None and net.joined("a", "b")
+    assert a.dropped["claimed_node"] == 80
+    pings = [s for s in net.effects("a", fx.SEND) if s.to == router("b") and codec.PING in kinds(s.effect[2])]
+    assert len(pings) <= 2 * 20 / LIVENESS.heartbeat + 2  # one ping a heartbeat, however many claims
+
+
+def test_engine_a_claim_takes_over_a_silent_peer_and_the_old_connection_is_unknown() -> None:
+    net = _engine_pair()
+    a = net.engines["a"]
+    net.isolate("b")  # b's process froze: nothing from it, nothing to it
+    started = net.now
+    _hello_from(net, "a", "b|0001|new-connection", _record("b", agents=("b1",)), reply=False)
+    assert a.dropped["claimed_node"] == 1
+    net.advance(started + admission.claim_window(LIVENESS) + LIVENESS.heartbeat)
+    peer = a.members.peers["b"]
+    assert peer.key == "b|0001|new-connection" and set(a.members.by_key) == {"b|0001|new-connection"}
+    # what still comes over the old connection is a stranger's
+    a.receive_direct("b|0001", codec.join_frame([codec.encode_control(codec.Bye("closed"))]), net.now)
+    assert a.dropped["unknown_peer"] == 1 and "b" in a.members.peers
+
+
+def test_engine_a_hello_full_of_made_up_peers_knocks_on_a_bounded_number() -> None:
+    net = _engine_pair()
+    a = net.engines["a"]
+    opened = len(net.effects("a", fx.OPEN))
+    ghosts = tuple((f"g{i}", (f"tcp://g{i}:1",)) for i in range(1500))
+    _hello_from(net, "a", "b|0001", _record("b", agents=("b1",)), ghosts, reply=False)
+    assert len(net.effects("a", fx.OPEN)) - opened == MAX_KNOCKING
+    assert len(a.members.waiting) == MAX_WAITING
+    assert a.dropped["too_many_joining"] == 1500 - MAX_KNOCKING - MAX_WAITING
+    net.advance(net.now + DISCOVERED_PATIENCE + 1)  # the first ones give up: the next ones' turn
+    assert len(net.effects("a", fx.OPEN)) - opened == 2 * MAX_KNOCKING
+    assert sum(1 for k in a.members.knocks.values() if k.give_up_at) == MAX_KNOCKING
+    assert net.joined("a", "b")
+
+
+def test_engine_ghosts_that_never_attach_give_way_to_a_real_joiner() -> None:
+    net = _engine_pair()
+    a = net.engines["a"]
+    for i in range(MAX_CONNECTING + 10):
+        _hello_from(net, "a", f"g{i}|0001", _record(f"g{i}"), reply=False)
+    assert sum(1 for p in a.members.peers.values() if p.state == "connecting") == MAX_CONNECTING
+    assert a.dropped["too_many_joining"] == 10
+    c = net.add(make_engine("c", agents=("c1",)))
+    net.connect("c", "a")
+    net.deliver_all()
+    assert not net.joined("a", "c")  # the ghosts are young: c must knock again
+    joined = net.advance(net.now + 10, until=lambda: net.joined("a", "c"))
+    assert joined is not None and joined <= 2 * LIVENESS.heartbeat + SEED_RETRY_MAX
+    assert a.transitions[("connecting", "evicted")] >= 1 and c.registry.node_of("a1") == "a"
+
+
+def test_engine_refusals_are_rate_limited() -> None:
+    net = _engine_pair()
+    opened = len(net.effects("a", fx.OPEN))
+    for i in range(20):
+        _hello_from(net, "a", f"s{i}|0001", _record(f"s{i}", mesh="elsewhere"))
+    assert net.engines["a"].dropped["refused"] == 20
+    assert len(net.effects("a", fx.OPEN)) - opened == MAX_REFUSALS_PER_SECOND

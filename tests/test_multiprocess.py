@@ -139,8 +139,10 @@ async def test_three_processes_every_primitive_and_a_sigkill(procs: Procs) -> No
 
 
 # With link heartbeats the kill is seen at once, so the restart is a departure
-# and a join; without them the new incarnation's HELLO replaces the old one.
-# Either way: exactly one change, not a storm of leaves and joins.
+# and a join; without them the new incarnation's HELLO replaces the old one,
+# once the old one left a ping unanswered for two heartbeats (nobody takes
+# the name of a node that still answers; the old one may be reported
+# evasive meanwhile). Either way: exactly one change, not a storm of leaves and joins.
 RESTART_SEEN = {
     "link heartbeats": ["agent_left", "peer_left", "peer_joined", "agent_joined"],
     "application heartbeats only": ["peer_restarted"],
@@ -176,7 +178,7 @@ async def test_restart_with_the_same_name_replaces_the_old_incarnation(procs: Pr
                 seen.append(await asyncio.wait_for(events.__anext__(), 0.2))
         except asyncio.TimeoutError:
             pass
-        kinds = [e.kind for e in seen if e.node_id == "r-node"]
+        kinds = [e.kind for e in seen if e.node_id == "r-node" and e.kind != "peer_evasive"]
         assert kinds == RESTART_SEEN[layer], kinds
 
 

@@ -11,7 +11,7 @@ from ..message import new_id
 
 __all__ = ["EngineConfig", "LOCAL", "BATCH_BYTES", "MAX_LOGGED_DROPS", "HEADER_ALLOWANCE", "first_endpoint",
            "SEED_RETRY", "SEED_RETRY_MAX", "DISCOVERED_PATIENCE", "LOST_PATIENCE", "MAX_READY_KEYS",
-           "REDISCOVER_MIN", "REDISCOVER_MAX", "MAX_REFUSALS_PER_SECOND", "CREDIT_WINDOW", "CREDIT_WINDOW_BYTES"]
+           "REDISCOVER_MIN", "REDISCOVER_MAX", "MAX_REFUSALS_PER_SECOND", "MAX_KNOCKING", "MAX_WAITING", "MAX_CONNECTING", "CREDIT_WINDOW", "CREDIT_WINDOW_BYTES"]
 
 LOCAL = "\x00local"  # outbox key of this node's own agents
 BATCH_BYTES = 256 * 1024  # a batch is flushed early once it reaches this size
@@ -32,6 +32,10 @@ REDISCOVER_MIN = 10.0  # while knocking on a lost peer, refresh discovery after 
 REDISCOVER_MAX = 60.0  # ... doubling up to this
 MAX_READY_KEYS = 1024  # subscribers seen before their HELLO, remembered at most
 MAX_REFUSALS_PER_SECOND = 8  # refusals answered (each opens a connection to where the stranger says)
+# Joining (see admission.py): outgoing links to nodes nobody vouched for yet are bounded.
+MAX_KNOCKING = 64  # second-hand endpoints (peer lists, discovery) knocked on at once ...
+MAX_WAITING = 1024  # ... and waiting for their turn, at most
+MAX_CONNECTING = 64  # peers that said HELLO but are not attached yet
 
 
 def first_endpoint(endpoints: tuple[str, ...]) -> str | None:

@@ -144,6 +144,8 @@ class Engine(Outbound):
         self.members.peers.clear()
         self.members.by_key.clear()
         self.members.knocks.clear()
+        self.members.waiting.clear()
+        self.members.claims.clear()
         self.members.endpoints.clear()
         self.members.parked.clear()
 

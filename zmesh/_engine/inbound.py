@@ -11,6 +11,7 @@ from .. import codec
 from ..errors import FrameError, ZmeshError
 from ..message import Message
 from ..topics import matches
+from . import admission
 from .bad_items import bad_item, published_error
 from .config import LOCAL
 from .effects import DEAD, DELIVER
@@ -37,6 +38,7 @@ def direct(engine: Engine, key: str | None, frame: bytes) -> None:
         peer = members.by_key.get(key)
         if peer is not None:
             peer.last_heard = now
+            peer.answered = True
             if peer.state == "evasive":
                 members.heard(peer, now)
     engine.stats["frames_received"] += 1
@@ -64,7 +66,7 @@ def direct(engine: Engine, key: str | None, frame: bytes) -> None:
                     members.on_hello(key, control, now)
                     peer = members.by_key.get(key)
                 elif isinstance(control, codec.Refuse):
-                    members.on_refuse(control)
+                    admission.on_refuse(members, control)
                 elif peer is None:
                     raise FrameError("unknown_peer", f"item kind {kind} before hello")
                 else:

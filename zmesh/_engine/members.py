@@ -9,6 +9,7 @@ Every state change goes through :func:`.states.step`, so the table in
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ from ..errors import FrameError
 from ..registry import MeshEvent, NodeRecord
 from ..transport.base import endpoint_host, is_loopback_endpoint
 from .effects import ACKED, ANNOUNCE, CLOSE, EVENT, REDISCOVER, SEND, SUBSCRIBE, UNSUBSCRIBE
-from . import timers
+from . import admission, timers
 from .config import (
     DISCOVERED_PATIENCE,
     LOST_PATIENCE,
@@ -60,6 +61,14 @@ class Peer:
     acked_seq: int = -1
     was_joined: bool = False
     update_sent: float = 0.0  # when our record last went to it (sent again until acknowledged)
+    since: float = 0.0  # when its HELLO made it a peer
+    challenged: float = -math.inf  # when we last pinged it because another connection claimed its name
+    answered: bool = True  # a frame came over its connection since (publications do not count)
+
+    @property
+    def node_key(self) -> str:
+        """``node|incarnation``: its name for this run (its connection key adds a part of its own)."""
+        return f"{self.node_id}|{self.incarnation}"
 
     @property
     def joined(self) -> bool:
@@ -87,7 +96,9 @@ class Members:
         self.peers: dict[str, Peer] = {}
         self.by_key: dict[str, Peer] = {}
         self.knocks: dict[str, Knock] = {}
-        self.ready_keys: dict[str, None] = {}
+        self.ready_keys: dict[str, None] = {}  # node keys of subscribers seen before their HELLO
+        self.waiting: dict[str, None] = {}  # second-hand endpoints to knock on when there is room
+        self.claims: dict[str, tuple[str, Hello]] = {}  # node id -> the latest HELLO claiming it elsewhere
         self.endpoints: dict[str, str] = {}  # every router endpoint of every peer -> its node id
         self.parked = Parked(engine)
         self._hello: tuple[tuple[int, int, bool], bytes] | None = None
@@ -95,7 +106,7 @@ class Members:
         self.next_rediscover = 0.0
         self.last_tick: float | None = None  # when liveness was last checked
         self.rediscover_every = REDISCOVER_MIN
-        self._refusals = (0.0, 0)  # (since, how many) refusals answered in this second
+        self.refusals = (0.0, 0)  # (since, how many) refusals answered in this second
 
     # -- transitions -----------------------------------------------------
 
@@ -122,6 +133,9 @@ class Members:
             return None
         if endpoint in self.endpoints:
             return None  # a peer's already
+        if patience is not None and not node_id and admission.second_hand_full(self):
+            admission.wait(self, endpoint)
+            return None
         if link is None:
             link = e.open_link(endpoint)
         knock = Knock(endpoint, link, next_try=now + SEED_RETRY, node_id=node_id)
@@ -137,6 +151,8 @@ class Members:
         del self.knocks[knock.endpoint]
         if knock.node_id:
             self.parked.release(knock.node_id, None)
+        if self.waiting:
+            admission.fill(self, self.e.now)
 
     def send_hello(self, link: int, reply: bool) -> None:
         e = self.e
@@ -157,31 +173,40 @@ class Members:
     def on_hello(self, key: str, hello: Hello, now: float) -> None:
         e = self.e
         record = hello.record
-        if key != f"{record.node_id}|{record.incarnation}":
+        node_key = f"{record.node_id}|{record.incarnation}"
+        if key != node_key and not key.startswith(node_key + "|"):  # a ZeroMQ link adds a random part
             raise FrameError("spoofed_hello", "identity does not match record")
         if record.node_id == e.node_id:
             raise FrameError("self", "hello from a node with our own id")
         if record.mesh != e.mesh:
-            self.refuse(record, f"mesh {record.mesh!r} is not {e.mesh!r}", "another mesh")
+            admission.refuse(self, record, f"mesh {record.mesh!r} is not {e.mesh!r}", "another mesh")
             return
         if record.version != e.version:
-            self.refuse(record, f"protocol version {record.version} is not {e.version}",
-                        "another protocol version")
+            admission.refuse(self, record, f"protocol version {record.version} is not {e.version}",
+                             "another protocol version")
             return
         peer = self.peers.get(record.node_id)
-        if peer is not None and peer.incarnation != record.incarnation:
+        if peer is not None and peer.key != key:
             if record.incarnation < peer.incarnation:
                 raise FrameError("stale_incarnation", record.node_id)
-            log.info("zmesh %s: node %s restarted", e.node_id, printable(peer.node_id))
-            # The old record stays in the registry until the new incarnation
-            # joins and replaces it in one step (peer_restarted, no leave/join storm).
-            self.move(peer, "restarted")
-            self.detach(peer, "restarted")
-            peer = None
+            admission.claim(self, peer, key, hello, now)  # raises while the peer we have may live
+            if peer.incarnation == record.incarnation:  # the same run, over a new connection
+                del self.by_key[peer.key]
+                peer.key = key
+                self.by_key[key] = peer
+            else:
+                log.info("zmesh %s: node %s restarted", e.node_id, printable(peer.node_id))
+                # The old record stays in the registry until the new incarnation
+                # joins and replaces it in one step (peer_restarted, no leave/join storm).
+                self.move(peer, "restarted")
+                self.detach(peer, "restarted")
+                peer = None
         if peer is None:
+            admission.make_room(self, now)
             peer = self.add_peer(record, key, now)
         else:
             peer.last_heard = now
+            peer.answered = True
             if hello.reply:
                 # It knocks although we count it as a peer: it lost us (it
                 # expired us while our loop stalled, say). Tell every publisher
@@ -205,6 +230,8 @@ class Members:
             endpoint = e.choose(usable)
             if endpoint is not None:
                 self.knock(endpoint, DISCOVERED_PATIENCE, now)
+        if self.waiting:
+            admission.fill(self, now)  # its knock (if it answered one) made room
 
     def add_peer(self, record: NodeRecord, key: str, now: float) -> Peer:
         e = self.e
@@ -227,21 +254,21 @@ class Members:
         else:
             link = e.open_link(router)
         peer = Peer(record.node_id, record.incarnation, key, link, router, pub, record,
-                    "connecting", now, now, now)
+                    "connecting", now, now, now, since=now)
         self.peers[record.node_id] = peer
         self._peers_changed += 1
         for endpoint in (router, *record.routers):
             self.endpoints[endpoint] = record.node_id
         self.by_key[key] = peer
         e.out((SUBSCRIBE, pub))
-        if self.ready_keys.pop(key, 0) is None:
+        if self.ready_keys.pop(peer.node_key, 0) is None:
             self.ready(peer)
         return peer
 
     def subscriber_ready(self, key: str) -> None:
-        """The peer with this key now receives our publications."""
-        peer = self.by_key.get(key)
-        if peer is None:
+        """The peer with this node key (``node|incarnation``) now receives our publications."""
+        peer = self.peers.get(key.partition("|")[0])
+        if peer is None or peer.node_key != key:
             if len(self.ready_keys) < MAX_READY_KEYS:
                 self.ready_keys[key] = None
             return
@@ -277,40 +304,6 @@ class Members:
         peer.record = record
         if peer.joined:
             self.merge_and_ack(peer)
-
-    def refuse(self, record: NodeRecord, reason: str, said: str) -> None:
-        """Refuse a node of another mesh or version. ``reason`` is for our own
-        log and event; the node itself hears only ``said``, which tells a
-        stranger nothing about this mesh (not its name, not ours)."""
-        e = self.e
-        e.drop("refused", record.node_id, f"refused node {record.node_id!r}: {reason}")
-        e.out((EVENT, MeshEvent("peer_refused", record.node_id, detail=reason)))
-        now = e.now
-        if now - self._refusals[0] >= 1.0:
-            self._refusals = (now, 0)
-        if self._refusals[1] >= MAX_REFUSALS_PER_SECOND:
-            return  # each answer opens a connection to where the stranger says: not on demand
-        self._refusals = (self._refusals[0], self._refusals[1] + 1)
-        endpoint = e.choose(record.routers)
-        if endpoint is None:
-            return
-        link = e.open_link(endpoint)
-        refusal = Refuse(said, "", e.routers)
-        e.out((SEND, link, join_frame([encode_control(refusal)])))
-        e.out((CLOSE, link))
-
-    def on_refuse(self, refuse: Refuse) -> None:
-        e = self.e
-        waiting = [k for k in self.knocks.values() if k.state == "knocking"]
-        matched = [k for k in waiting if k.endpoint in refuse.endpoints]
-        for knock in matched or waiting:  # a seed spelled differently: stop all that wait
-            self.move(knock, "refused")
-        # A refusal names no node (older versions did): say where it came from.
-        who = refuse.node_id or (matched[0].endpoint if matched else refuse.endpoints[0] if refuse.endpoints else "?")
-        if (who, "refused_us") not in e.logged_drops and len(e.logged_drops) < MAX_LOGGED_DROPS:
-            e.logged_drops.add((who, "refused_us"))
-            log.error("zmesh %s: refused by %s: %s", e.node_id, printable(who), printable(refuse.reason))
-        e.out((EVENT, MeshEvent("peer_refused", who, detail=refuse.reason)))
 
     # -- departures ------------------------------------------------------
 

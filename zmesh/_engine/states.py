@@ -35,7 +35,7 @@ __all__ = ["STATES", "EVENTS", "TRANSITIONS", "step", "IllegalTransition", "mark
 STATES: Final = ("knocking", "refused", "connecting", "joined", "evasive", "gone")
 EVENTS: Final = (
     "retry", "answered", "refused", "give_up",
-    "hello", "ready", "reset", "quiet", "heard", "silent", "cut", "bye", "restarted",
+    "hello", "ready", "reset", "quiet", "heard", "silent", "cut", "bye", "restarted", "evicted",
 )
 
 TRANSITIONS: Final[dict[tuple[str, str], str]] = {
@@ -51,6 +51,7 @@ TRANSITIONS: Final[dict[tuple[str, str], str]] = {
     ("connecting", "cut"): "gone",
     ("connecting", "bye"): "gone",
     ("connecting", "restarted"): "gone",
+    ("connecting", "evicted"): "gone",
     ("joined", "hello"): "joined",
     ("joined", "reset"): "joined",
     ("joined", "ready"): "joined",

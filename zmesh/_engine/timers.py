@@ -10,6 +10,7 @@ from .._names import printable
 from ..codec import Ping, encode_control
 from ..registry import MeshEvent
 from .config import REDISCOVER_MAX, REDISCOVER_MIN, SEED_RETRY_MAX
+from . import admission
 from .effects import EVENT, REDISCOVER
 
 if TYPE_CHECKING:
@@ -34,7 +35,10 @@ def tick(members: Members, now: float) -> None:
             blind = now - last - config.heartbeat / 2
             for peer in members.peers.values():
                 peer.last_heard = min(now, peer.last_heard + blind)
+                peer.challenged = min(now, peer.challenged + blind)  # its answer may be unread too
         members.last_tick = now
+        if members.claims and not woke:
+            admission.tick_claims(members, now)
         beat = False
         for peer in list(members.peers.values()):
             silence = now - peer.last_heard
@@ -86,5 +90,7 @@ def tick(members: Members, now: float) -> None:
                 members.next_rediscover = now + members.rediscover_every
                 members.rediscover_every = min(2 * members.rediscover_every, REDISCOVER_MAX)
                 e.out((REDISCOVER,))
+    if members.waiting:
+        admission.fill(members, now)
     if members.rediscover_every > REDISCOVER_MIN and not any(k.node_id for k in members.knocks.values()):
         members.rediscover_every = REDISCOVER_MIN  # nobody missing any more: start over

@@ -142,7 +142,9 @@ class _ZmqLink:
         self._up: bool | None = None  # None: never connected; False: connected, then broke
         sock = _socket(transport._ctx, zmq.DEALER)
         try:
-            sock.setsockopt(zmq.ROUTING_ID, transport._key.encode())
+            # The node key and a random part: the peer's ROUTER hands an id
+            # over to a new connection (a reconnect), so nobody else may know it.
+            sock.setsockopt(zmq.ROUTING_ID, f"{transport._key}|{os.urandom(8).hex()}".encode())
             sock.setsockopt(zmq.SNDHWM, transport.hwm)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RECONNECT_IVL, 100)
