@@ -176,16 +176,25 @@ class Hostile:
                     self.wait(0.001)  # let the node's flow of ACKs and our beats through
             say(event="sent", cmd=what, count=cmd["count"])
         elif what == "flood":
-            dealer = self.socket(zmq.DEALER, ROUTING_ID=b"flooder", SNDHWM=0)
-            dealer.connect(self.cfg["router"])
+            if cmd.get("joined"):
+                assert self.dealer is not None
+                dealer = self.dealer
+            else:
+                dealer = self.socket(zmq.DEALER, ROUTING_ID=b"flooder", SNDHWM=0)
+                dealer.connect(self.cfg["router"])
             ping = msgpack.packb([PING, True])
             per_frame = max(1, cmd.get("frame_bytes", 1 << 20) // len(ping))
-            frame = b"\xdd" + (per_frame + 1).to_bytes(4, "big") + msgpack.packb(1) + ping * per_frame
-            sent = 0
+            if cmd.get("joined"):
+                per_frame = min(per_frame, 16384)  # the most a frame may hold (more: dropped unread)
+            header = (b"\xdc" + (per_frame + 1).to_bytes(2, "big") if per_frame < 0xFFFF
+                      else b"\xdd" + (per_frame + 1).to_bytes(4, "big"))
+            frame = header + msgpack.packb(1) + ping * per_frame
+            sent = frames = 0
             while sent < cmd["bytes"]:
                 dealer.send(frame)
                 sent += len(frame)
-            say(event="sent", cmd=what, bytes=sent)
+                frames += 1
+            say(event="sent", cmd=what, bytes=sent, frames=frames)
         elif what == "ghosts":
             for i in range(cmd["count"]):
                 name, inc = f"ghost-node-{i}", "0000000000000001000001"

@@ -306,29 +306,50 @@ async def test_a_hello_full_of_made_up_peers_opens_a_bounded_number_of_sockets()
 # -- g: a flood from a sender that never joined ------------------------------------------
 
 
-async def test_a_flood_from_a_stranger_stays_cheap() -> None:
+async def _flood(alice: zmesh.Node, bob: zmesh.Node, a: zmesh.Agent, bad: Attacker, joined: bool) -> int:
+    """12 MB of PING(true) items from ``bad``; alice keeps serving meanwhile. How many frames."""
+    baseline = await _rtt(a, "bob")
+    events = alice.events()
+    bad.send(cmd="flood", bytes=12 << 20, frame_bytes=1 << 20, joined=joined)
+    flood = asyncio.ensure_future(bad.expect("sent", cmd="flood", timeout=40))
+    while not flood.done():
+        await _still_fast(a, "bob", baseline)
+    sent = await flood
+    await _still_fast(a, "bob", baseline)
+    assert sorted(alice.peers)[:2] == ["bob", "carol"] and "alice" in bob.peers
+    left = []
+    while True:
+        try:
+            left.append(await asyncio.wait_for(events.__anext__(), 0.01))
+        except asyncio.TimeoutError:
+            break
+    assert not [e for e in left if e.kind in ("peer_left", "peer_evasive")], left
+    return int(sent["frames"])
+
+
+@pytest.mark.timeout(90)
+async def test_a_flood_from_a_stranger_is_not_decoded() -> None:
     async with Mesh("zmq", liveness=FAST) as m:
         alice, bob, _, a = await _trio(m)
-        baseline = await _rtt(a, "bob")
-        events = alice.events()
         async with Attacker(**_settings(alice)) as bad:
             before = _dropped(alice, "unknown_peer")
-            bad.send(cmd="flood", bytes=12 << 20, frame_bytes=1 << 20)
-            flood = asyncio.ensure_future(bad.expect("sent", cmd="flood"))
-            while not flood.done():
-                await _still_fast(a, "bob", baseline)
-            await flood
-            await wait_for(lambda: _dropped(alice, "unknown_peer") >= before + 12, 20, "the flood to be read")
-            assert _dropped(alice, "unknown_peer") <= before + 13  # one count per frame: nothing decoded
-        await _still_fast(a, "bob", baseline)
-        assert sorted(alice.peers) == ["bob", "carol"] and "alice" in bob.peers
-        left = []
-        while True:
-            try:
-                left.append(await asyncio.wait_for(events.__anext__(), 0.01))
-            except asyncio.TimeoutError:
-                break
-        assert not [e for e in left if e.kind in ("peer_left", "peer_evasive")], left
+            frames = await _flood(alice, bob, a, bad, joined=False)
+            await wait_for(lambda: _dropped(alice, "unknown_peer") >= before + frames, 20, "the flood to be read")
+            assert _dropped(alice, "unknown_peer") == before + frames  # one count a frame: nothing decoded
+
+
+@pytest.mark.timeout(90)
+async def test_a_flood_from_a_joined_peer_does_not_starve_the_others() -> None:
+    async with Mesh("zmq", liveness=FAST) as m:
+        alice, bob, _, a = await _trio(m)
+        async with Attacker(**_settings(alice, name="mallory", agents=["m"])) as bad:
+            await bad.expect("joined")
+            await wait_for(lambda: "mallory" in alice.peers, 10, "the attacker to join")
+            sent = alice.stats()["frames_sent"]
+            frames = await _flood(alice, bob, a, bad, joined=True)
+            await wait_for(lambda: alice.stats()["frames_received"] >= frames, 30, "the flood to be read")
+            # however many PING(true) a frame holds, it gets one PONG
+            assert alice.stats()["frames_sent"] - sent < 2 * frames + 200
 
 
 # -- h, i: memory ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import msgpack
 import pytest
 
 from zmesh import codec
+from zmesh._frames import MAX_ITEMS
 from zmesh.clock import FakeClock
 from zmesh.codec import FrameError
 from zmesh.deadletters import DeadLetter, DeadLetters
@@ -61,13 +62,22 @@ def test_codec_round_trips_every_type_and_status() -> None:
             assert (back.type, back.status, back.ttl) == (mtype, status, None)
 
 
-@pytest.mark.parametrize("count", [0, 1, 14, 15, 16, 70_000])
+@pytest.mark.parametrize("count", [0, 1, 14, 15, 16, MAX_ITEMS])
 def test_codec_batches_of_any_size(count: int) -> None:
-    # 15 is the largest fixarray with the version element, 16+ a uint16 header,
-    # 65536+ a uint32 header.
+    # 15 is the largest fixarray with the version element, 16+ a uint16 header.
     items = [codec.encode_item([codec.ACK, i]) for i in range(count)]
     decoded = codec.decode_frame(codec.join_frame(items), 1 << 30)
     assert decoded == [[codec.ACK, i] for i in range(count)]
+
+
+@pytest.mark.parametrize("count", [MAX_ITEMS + 1, 70_000])  # 65536+: a uint32 header
+def test_codec_a_frame_of_more_items_than_any_node_sends_is_dropped_unread(count: int) -> None:
+    items = [codec.encode_item([codec.PING, True])] * count
+    with pytest.raises(FrameError, match="too many items"):
+        codec.decode_frame(codec.join_frame(items), 1 << 30)
+    with pytest.raises(FrameError, match="too many items"):
+        codec.decode_pub_frame(codec.join_pub_frame("n", 1, items), 1 << 30)
+    assert len(codec.decode_pub_frame(codec.join_pub_frame("n", 1, items[:MAX_ITEMS]), 1 << 30)[2]) == MAX_ITEMS
 
 
 def test_codec_publish_frame_round_trip() -> None:

@@ -22,8 +22,8 @@ import msgpack
 from .errors import FrameError
 
 __all__ = [
-    "PROTOCOL_VERSION", "MSG", "MSG_FIELDS", "BAD",
-    "join_frame", "join_pub_frame", "decode_frame", "decode_pub_frame", "decode_item",
+    "PROTOCOL_VERSION", "MSG", "MSG_FIELDS", "BAD", "MAX_ITEMS",
+    "join_frame", "join_pub_frame", "decode_frame", "decode_pub_frame", "decode_item", "decode_opening",
 ]
 
 PROTOCOL_VERSION: Final = 1
@@ -31,6 +31,9 @@ MSG: Final = 0  # the item kind of a message
 MSG_FIELDS: Final = 15  # [MSG, id, ..., status, payload]
 #: Kind of a bad item. Not an int, so nothing on the wire can claim it.
 BAD: Final = "bad"
+#: Items a frame may hold. A batch is at most 256 KiB and a message item at
+#: least ~55 bytes, so no node sends more; a frame with more is dropped unread.
+MAX_ITEMS: Final = 16384
 
 _packb: Callable[[Any], bytes] = msgpack.packb
 _unpackb: Callable[..., Any] = msgpack.unpackb
@@ -77,6 +80,34 @@ def decode_frame(data: bytes, max_bytes: int) -> list[list[Any]]:
     return _unpack(data, max_bytes, 1)[1:]
 
 
+def decode_opening(data: bytes, max_bytes: int, kinds: frozenset[int]) -> list[Any] | None:
+    """The first item of a direct frame if its kind is one of ``kinds``, else
+    None, decoding no more than it must: a sender that has not said HELLO
+    gets nothing decoded past the first item's kind. FrameError if unusable."""
+    if len(data) > max_bytes:
+        raise FrameError("oversized", f"{len(data)} bytes")
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=True, timestamp=3,
+                                max_buffer_size=len(data) or 1)
+    unpacker.feed(data)
+    try:
+        n = unpacker.read_array_header()
+        version = unpacker.unpack() if n else None
+    except Exception as exc:
+        raise FrameError("malformed", f"not a frame: {type(exc).__name__}") from None
+    if version != PROTOCOL_VERSION or version.__class__ is not int:
+        raise FrameError("malformed" if n == 0 else "unknown_version", repr(version)[:40])
+    if n < 2:
+        return None
+    try:
+        fields = unpacker.read_array_header()
+        kind = unpacker.unpack() if fields else None
+        if kind.__class__ is not int or kind not in kinds:
+            return None
+        return [kind, *(unpacker.unpack() for _ in range(fields - 1))]
+    except Exception as exc:
+        raise FrameError("malformed", f"item: {type(exc).__name__}") from None
+
+
 def decode_pub_frame(data: bytes, max_bytes: int) -> tuple[str, int, list[list[Any]]]:
     """Decode a publish frame into (node_id, record_seq, items)."""
     frame = _unpack(data, max_bytes, 3)
@@ -89,6 +120,9 @@ def _unpack(data: bytes, max_bytes: int, header: int) -> list[Any]:
     """Decode a frame whose first ``header`` elements precede the items."""
     if len(data) > max_bytes:
         raise FrameError("oversized", f"{len(data)} bytes")
+    head = data[:1]
+    if head == b"\xdd" or (head == b"\xdc" and int.from_bytes(data[1:3], "big") > MAX_ITEMS + header):
+        raise FrameError("malformed", "too many items")  # work per frame stays bounded
     try:
         frame: list[Any] = _unpackb(data, raw=False, strict_map_key=False, use_list=True, timestamp=3)
     except Exception:  # msgpack raises many types on garbage, or one item is bad

@@ -23,24 +23,28 @@ if TYPE_CHECKING:
 __all__ = ["direct", "published"]
 
 
+_OPENING = frozenset((codec.HELLO, codec.REFUSE))
+
+
 def direct(engine: Engine, key: str | None, frame: bytes) -> None:
     """A direct frame; ``key`` is None for the engine's own loopback."""
     where = key or engine.node_id
+    members = engine.members
+    now = engine.now
+    peer = None if key is None else members.by_key.get(key)
+    if peer is None and key is not None:
+        _stranger(engine, key, frame)
+        return
     try:
         items = codec.decode_frame(frame, engine.max_frame)
     except FrameError as exc:
         engine.drop(exc.reason, where, exc.detail)
         return
-    members = engine.members
-    now = engine.now
-    peer = None
-    if key is not None:
-        peer = members.by_key.get(key)
-        if peer is not None:
-            peer.last_heard = now
-            peer.answered = True
-            if peer.state == "evasive":
-                members.heard(peer, now)
+    if peer is not None:
+        peer.last_heard = now
+        peer.answered = True
+        if peer.state == "evasive":
+            members.heard(peer, now)
     engine.stats["frames_received"] += 1
     size = len(frame) // len(items) if items else 0  # each item's share, for inbox byte limits
     for item in items:
@@ -77,6 +81,26 @@ def direct(engine: Engine, key: str | None, frame: bytes) -> None:
             engine.drop(exc.reason, where, exc.detail)
         except ZmeshError as exc:
             engine.drop("rejected", where, str(exc))
+
+
+def _stranger(engine: Engine, key: str, frame: bytes) -> None:
+    """A frame over a connection that has not said HELLO: only a HELLO or a
+    REFUSE is taken, and nothing is decoded past the first item's kind, so
+    a flood from a stranger costs one look per frame."""
+    try:
+        item = codec.decode_opening(frame, engine.max_frame, _OPENING)
+        if item is None:
+            raise FrameError("unknown_peer", "nothing but HELLO before HELLO")
+        engine.stats["frames_received"] += 1
+        control = codec.parse_control(item)
+        if isinstance(control, codec.Hello):
+            engine.members.on_hello(key, control, engine.now)
+        elif isinstance(control, codec.Refuse):
+            admission.on_refuse(engine.members, control)
+    except FrameError as exc:
+        engine.drop(exc.reason, key, exc.detail)
+    except ZmeshError as exc:
+        engine.drop("rejected", key, str(exc))
 
 
 def published(engine: Engine, frame: bytes) -> None:

@@ -64,6 +64,7 @@ class Peer:
     since: float = 0.0  # when its HELLO made it a peer
     challenged: float = -math.inf  # when we last pinged it because another connection claimed its name
     answered: bool = True  # a frame came over its connection since (publications do not count)
+    ponged: float = -math.inf  # when we last answered its PING(true)
 
     @property
     def node_key(self) -> str:
@@ -362,7 +363,8 @@ class Members:
         cls = item.__class__
         if cls is Ping:
             assert isinstance(item, Ping)
-            if item.want_pong:
+            if item.want_pong and peer.ponged != now:  # one answer a frame, however many asks
+                peer.ponged = now
                 e.enqueue(peer.node_id, encode_control(Pong()))
         elif cls is Ack:
             assert isinstance(item, Ack)

@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections import deque
 from typing import Any, Callable, Iterator, Sequence
 
@@ -51,10 +52,12 @@ _SNDMORE = int(zmq.SNDMORE)
 _POLLIN = int(zmq.POLLIN)
 _EVENTS = int(zmq.EVENTS)
 _RCVMORE = int(zmq.RCVMORE)
+_monotonic = time.monotonic
 
 _ENDPOINT = re.compile(r"^tcp://[A-Za-z0-9.\-]+:[0-9]{1,5}$")
 
-_DRAIN_BUDGET = 1024
+_DRAIN_BUDGET = 1024  # frames read per drain, at most ...
+_DRAIN_SECONDS = 0.01  # ... and for this long: then the loop runs timers and other callbacks
 _BACKLOG_LIMIT = 100_000
 _RETRY_DELAY = 0.002
 _BYE_LINGER_MS = 200
@@ -569,6 +572,10 @@ class ZmqTransport(Transport):
         if sock is None or host is None or sock.closed:
             return
         recv, opt = sock.recv, sock.getsockopt
+        # Bounded in frames and in time: a peer whose frames are costly (big,
+        # or thousands of items) cannot keep the loop from timers, replies
+        # and other peers' input for long. (ZeroMQ reads connections in turn.)
+        until = _monotonic() + _DRAIN_SECONDS
         try:
             for _ in range(_DRAIN_BUDGET):
                 if not opt(_EVENTS) & _POLLIN:  # type: ignore[operator]
@@ -577,6 +584,9 @@ class ZmqTransport(Transport):
                 while opt(_RCVMORE):
                     parts.append(recv(_NOBLOCK))
                 handle(parts)
+                if _monotonic() > until:
+                    self._reschedule(again)
+                    break
             else:
                 self._reschedule(again)
         except zmq.Again:
