@@ -14,7 +14,7 @@ from zmesh import codec
 from zmesh._frames import MAX_ITEMS
 from zmesh.clock import FakeClock
 from zmesh.codec import FrameError
-from zmesh.deadletters import DeadLetter, DeadLetters
+from zmesh.deadletters import DeadLetter, DeadLetters, approx_size
 from zmesh.errors import InvalidMessage
 from zmesh.liveness import LivenessConfig
 from zmesh.message import Message
@@ -494,6 +494,38 @@ async def test_dead_letter_failed_redelivery_keeps_the_entry() -> None:
     assert list(ring) == [entry]
     ring.clear()
     assert list(ring) == [] and len(ring) == 0 and ring.total == 1
+
+
+async def test_dead_letters_are_bounded_in_bytes_too() -> None:
+    async def resend(msg: Message) -> None:
+        return None
+
+    ring = DeadLetters(1000, resend, max_bytes=1 << 20)
+
+    def big(i: int, size: int = 100_000) -> DeadLetter:
+        msg = Message(sender="a", target=f"t{i}", topic="x", payload={"blob": b"x" * size, "n": [i] * 10})
+        return DeadLetter("no_handler", msg, msg.target, "", 0.0)
+
+    for i in range(30):
+        ring.add(big(i))
+    assert (1 << 20) - 110_000 < ring.bytes <= 1 << 20
+    assert len(ring) == 10 and ring.evicted == 20 and [e.target for e in ring][0] == "t20"
+    each = ring.bytes // 10
+    await ring.redeliver(next(iter(ring)))
+    assert len(ring) == 9 and ring.bytes == 9 * each
+    ring.add(big(99, 3 << 20))  # larger than the bound: kept, alone
+    assert [e.target for e in ring] == ["t99"] and ring.bytes > 3 << 20 and ring.evicted == 29
+    ring.clear()
+    assert ring.bytes == 0
+
+
+def test_dead_letter_sizes_are_estimated_cheaply_for_any_payload() -> None:
+    assert 10_000 < approx_size(b"x" * 10_000) < 10_100
+    many = list(range(1_000_000))
+    assert 8_000_000 < approx_size(many) < 64_000_000  # a sample, scaled
+    nested = {"k": [{"a": "x" * 1000}] * 1000}
+    assert 1_000_000 < approx_size(nested) < 2_000_000
+    assert approx_size(object()) > 0
 
 
 def test_dead_letter_capacity_must_be_positive() -> None:

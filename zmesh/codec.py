@@ -208,6 +208,8 @@ def message_from_item(item: list[Any]) -> Message:
         and (ttl is None or ttl.__class__ is float or ttl.__class__ is int)
     ):
         raise FrameError("malformed", "bad message field type")
+    if len(topic) > 1024:  # MAX_TOPIC: no node sends longer ones, and topics key a match cache
+        raise FrameError("malformed", "topic longer than 1024 characters")
     return Message(
         mtype,
         sender,

@@ -33,6 +33,7 @@ _MAX_AGENTS = 10_000
 DEFAULT_MAX_PAYLOAD = 1 << 20
 _NO_LIMIT = 1 << 62
 _MAX_ID = 256
+_MAX_CACHED_ENTRIES = 1 << 18  # (agent, node) pairs the subscriber cache keeps in all (~16 MiB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +163,7 @@ class Registry:
         self._agent_node: dict[str, str] = {}
         self._claims: dict[str, int] = {}  # agent id -> how many records claim it
         self._subscriber_cache: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._cached_entries = 0
         #: The smallest ``max_payload`` of any node in the registry (this one
         #: included): a publish frame reaches every one of them. Unbounded while empty.
         self.floor = _NO_LIMIT
@@ -218,9 +220,11 @@ class Registry:
                 for agent_id, patterns in rec.subs.items()
                 if any(matches(p, topic) for p in patterns)
             )
-            if len(self._subscriber_cache) > 4096:
-                self._subscriber_cache.clear()
+            if len(self._subscriber_cache) > 4096 or self._cached_entries > _MAX_CACHED_ENTRIES:
+                self._subscriber_cache.clear()  # bounded in topics and in what their answers hold
+                self._cached_entries = 0
             self._subscriber_cache[topic] = hit
+            self._cached_entries += len(hit) + 1
         return hit
 
     def max_payload(self, node_id: str) -> int | None:
@@ -274,6 +278,7 @@ class Registry:
         claim in record order does. Only an agent id claimed twice costs a scan.
         """
         self._subscriber_cache.clear()
+        self._cached_entries = 0
         if old is None or new is None or old.max_payload != new.max_payload:
             self.floor = min((r.max_payload for r in self._records.values()), default=_NO_LIMIT)
             self.frame_limit = min(self.floor, self._frame_cap)

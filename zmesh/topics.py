@@ -15,8 +15,11 @@ from .errors import InvalidMessage
 __all__ = ["MAX_TOPIC", "check_topic", "check_pattern", "is_pattern", "matches"]
 
 
-MAX_TOPIC = 1024  # characters
-_valid_topics: set[str] = set()  # topics already checked (bounded)
+MAX_TOPIC = 1024  # characters (a received message with a longer topic is dropped, malformed)
+_valid_topics: set[str] = set()  # topics already checked (bounded in count and characters)
+_VALID_MAX = 65536
+_VALID_CHARS = 4 << 20
+_valid_chars = 0
 
 
 def _check_words(what: str, text: object, wildcards: bool) -> list[str]:
@@ -44,9 +47,11 @@ def check_topic(topic: str) -> str:
     """Validate a concrete topic (no wildcards) and return it."""
     if topic.__class__ is str and topic in _valid_topics:
         return topic
+    global _valid_chars
     _check_words("topic", topic, wildcards=False)
-    if len(_valid_topics) < 65536:
+    if len(_valid_topics) < _VALID_MAX and _valid_chars + len(topic) <= _VALID_CHARS:
         _valid_topics.add(topic)
+        _valid_chars += len(topic)
     return topic
 
 
@@ -61,7 +66,7 @@ def is_pattern(topic: str) -> bool:
     return "*" in tokens or ">" in tokens
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096)  # bounded in bytes too: patterns and topics are at most 1,024 characters
 def matches(pattern: str, topic: str) -> bool:
     """True when ``topic`` matches ``pattern``."""
     if pattern == topic:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import codec
+from .._names import MAX_AGENT_ID
 from ..errors import FrameError, ZmeshError
 from ..message import Message
 from ..topics import matches
@@ -185,6 +186,8 @@ def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None
                 return
             engine.effects.append((DELIVER, msg.target, msg, False, origin, size))
         else:
+            if len(msg.target) > MAX_AGENT_ID:  # no node hosts it; its flow-control entry would stay
+                raise FrameError("malformed", "target longer than an agent id")
             why = f"agent {msg.target!r} is not registered on node {engine.node_id!r}"
             engine.flow.taken(origin, msg.target)
             if msg.qos and not msg.correlation_id:

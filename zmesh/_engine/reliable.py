@@ -39,6 +39,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .. import codec
+from .._names import MAX_AGENT_ID as MAX_ID
+from ..errors import FrameError
 from ..message import Message
 from .config import LOCAL
 from .effects import ACKED, DEAD
@@ -259,7 +261,10 @@ class Reliable:
 
     def accept(self, origin: str, msg: Message) -> bool:
         """A qos >= 1 message for a local agent arrived: handle it (True), or
-        is it a repeat (False, answered here)?"""
+        is it a repeat (False, answered here)? FrameError for an id no node
+        makes (the window of ids is bounded in count, so ids must be short)."""
+        if len(msg.id) > MAX_ID:
+            raise FrameError("malformed", f"message id longer than {MAX_ID} characters")
         seen = self.seen
         state = seen.get(msg.id)
         if state is None:
