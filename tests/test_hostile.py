@@ -520,3 +520,18 @@ def test_engine_long_topics_and_ids_are_dropped_before_any_cache_keeps_them() ->
     assert not net.effects("a", fx.DELIVER) and len(a.reliable.seen) == 0
     send(topic="news." + "x" * 1000, id="i" * 256, qos=1)  # as long as a node sends: taken
     assert len(net.effects("a", fx.DELIVER)) == 1
+
+
+def test_engine_a_stranger_refusal_then_a_hello_from_that_address_is_no_engine_error() -> None:
+    # Found by tests/test_fuzz_frames.py: a REFUSE from anyone stops our knocks
+    # (keyless: it cannot be checked), and a HELLO from a node at the refused
+    # address then made the engine try refused -> answered and raise.
+    net = Net(make_engine("a", agents=("a1",)), make_engine("b", agents=("b1",)))
+    a = net.engines["a"]
+    net.connect("a", "b")  # a knocks on its seed b ...
+    refusal = codec.join_frame([codec.encode_control(codec.Refuse("another mesh", "", ()))])
+    a.receive_direct("stranger|0001", refusal, net.now)  # ... and a stranger says "refused"
+    assert a.members.knocks[router("b")].state == "refused"
+    net.deliver_all()  # b's answer arrives: it joins, and the refused knock is gone
+    assert net.joined("a", "b") and router("b") not in a.members.knocks
+    assert a.transitions[("refused", "give_up")] == 1

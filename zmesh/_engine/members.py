@@ -236,7 +236,8 @@ class Members:
 
     def add_peer(self, record: NodeRecord, key: str, now: float) -> Peer:
         e = self.e
-        knock = next((k for k in self.knocks.values() if k.endpoint in record.routers), None)
+        knock = next((k for k in self.knocks.values() if k.endpoint in record.routers and k.state == "knocking"),
+                     None)
         if knock is not None:
             router: str | None = knock.endpoint
             same = [p for p in record.pubs if endpoint_host(p) == endpoint_host(knock.endpoint)]
@@ -246,7 +247,10 @@ class Members:
             pub = e.choose(record.pubs)
         if router is None or pub is None:
             raise FrameError("unreachable", f"no endpoint of {record.node_id!r} is reachable from here")
-        for old in [k for k in self.knocks.values() if k.node_id == record.node_id and k is not knock]:
+        for old in [k for k in self.knocks.values() if k is not knock and (
+                k.node_id == record.node_id or (k.state == "refused" and k.endpoint in record.routers))]:
+            if old.state == "refused":  # who refused us there is gone: a node of ours answers now
+                self.move(old, "give_up")
             self.drop_knock(old)  # knocking on an old incarnation's address
         if knock is not None:
             self.move(knock, "answered")
