@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from .. import codec
-from .._names import printable
+from .._names import NODE_ADDRESS_PREFIX, printable
 from ..errors import InvalidMessage, NodeClosed
 from ..message import Message
 from ..registry import NodeRecord, Registry
@@ -263,6 +263,9 @@ class Engine(Outbound):
             return LOCAL
         node_id = self.registry.node_of(target)
         if node_id is None:
+            if target.startswith(NODE_ADDRESS_PREFIX):  # a node itself (zmesh._names.node_address)
+                node_id = target[len(NODE_ADDRESS_PREFIX):]
+                return LOCAL if node_id == self.node_id else node_id if node_id in self.members.peers else None
             # A peer whose HELLO arrived but whose SUB is not attached yet can
             # already send us requests; its replies must still find it.
             for peer in self.members.peers.values():
