@@ -6,6 +6,7 @@ Signals are in test_cli_signals.py, the demo in test_cli_demo.py.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import inspect
 import json
 import math
@@ -159,6 +160,25 @@ def test_dumps_is_strict_json_for_what_json_cannot_hold() -> None:
         "f": ["NaN", "Infinity", "-Infinity", 0.5], "1": "int key", "NaN": "nan key", "b": "b'\\x00'",
         "t": [1, 2], "null": True,
     }
+
+
+def test_dumps_writes_datetimes_as_iso_8601() -> None:
+    when = datetime.datetime(2024, 5, 1, 12, 30, 5, 250, tzinfo=datetime.timezone.utc)
+    value = {"at": when, "day": datetime.date(2024, 5, 1), "times": [when]}
+    assert _strict_loads(dumps(value)) == {
+        "at": "2024-05-01T12:30:05.000250+00:00", "day": "2024-05-01", "times": ["2024-05-01T12:30:05.000250+00:00"],
+    }
+
+
+async def test_request_prints_a_timestamp_as_iso_8601() -> None:
+    mesh = _mesh()
+    when = datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.timezone(datetime.timedelta(hours=2)))
+    async with zmesh.Node(mesh, discovery=False) as node:
+        node.agent("b").add_handler("when", lambda msg: {"at": when})
+        code, out, err = await run_zmesh("request", "--mesh", mesh, "--seed", node.endpoint, "b", "when")
+        assert code == 0, err
+        assert _strict_loads(out) == {"at": "2024-05-01T10:30:00+00:00"}  # the same instant, in UTC
+        assert datetime.datetime.fromisoformat(_strict_loads(out)["at"]) == when
 
 
 def test_parse_payload_names_the_position_and_refuses_constants() -> None:
