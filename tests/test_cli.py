@@ -18,6 +18,7 @@ import pytest
 import zmesh
 from tests.cli_process import CliProcess, run_zmesh
 from tests.helpers import wait_for
+from tests.test_fixed_port import free_port
 from zmesh._cli_json import PayloadError, dumps, parse_payload
 from zmesh.cli import _parser
 
@@ -77,6 +78,27 @@ async def test_a_mesh_name_node_refuses_is_a_usage_error_not_a_traceback() -> No
     code, out, err = await run_zmesh("peers", "--mesh", "a|b", "--seed", "tcp://127.0.0.1:1")
     assert code == 2
     assert err.startswith("zmesh peers: error: mesh name must be") and "Traceback" not in err, err
+
+
+async def test_port_binds_the_commands_node_on_that_port() -> None:
+    mesh = _mesh()
+    port = free_port()
+    async with zmesh.Node(mesh, discovery=False) as node:
+        def sender_endpoint(msg: zmesh.Message) -> str:
+            record = node.registry.record(node.registry.node_of(msg.sender) or "")
+            return record.router if record is not None else ""
+
+        node.agent("b").add_handler("where", sender_endpoint)
+        code, out, err = await run_zmesh(
+            "request", "--mesh", mesh, "--seed", node.endpoint, "--port", str(port), "b", "where")
+        assert code == 0, err
+        assert json.loads(out) == f"tcp://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize("port", ["-1", "65536", "http"])
+async def test_a_port_out_of_range_is_a_usage_error(port: str) -> None:
+    code, out, err = await run_zmesh("peers", "--mesh", "m", "--port", port)
+    assert code == 2 and "--port" in err and "Traceback" not in err, err
 
 
 async def test_version_prints_the_package_version() -> None:

@@ -47,6 +47,18 @@ def _count(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 (any free port) to 65535, got {text}")
+    return value
+
+
+def _port_option(parser: argparse.ArgumentParser, whose: str) -> None:
+    parser.add_argument("--port", type=_port, default=0,
+                        help=f"bind {whose} router endpoint on this port (default 0: any free port)")
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mesh", default=os.environ.get("ZMESH_MESH", "default"),
                         help="mesh name (default: $ZMESH_MESH or 'default')")
@@ -56,6 +68,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="'local' (default), 'lan', or interface names/addresses, comma-separated")
     parser.add_argument("--wait", type=_positive, default=2.0,
                         help="seconds to wait for the mesh to answer (default 2)")
+    _port_option(parser, "this command's node's")
 
 
 def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
@@ -66,6 +79,7 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
     demo = sub_parsers.add_parser("demo", help="run the local three-process demo")
     demo.add_argument("--keep", action="store_true",
                       help="leave the demo mesh running and print commands to try against it (Ctrl-C stops it)")
+    _port_option(demo, "the console node's (the seed --keep prints)")
     _common(sub_parsers.add_parser("peers", help="show the mesh registry"))
     for name, help_text in (("send", "send a fire-and-forget message"), ("request", "send a request")):
         p = sub_parsers.add_parser(name, help=help_text)
@@ -93,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from .demo import run_demo
 
-        return run_demo(keep=args.keep, commands=names)
+        return run_demo(keep=args.keep, commands=names, port=args.port)
     if args.command in ("send", "request"):
         try:
             args.payload_value = args.raw if args.raw is not None else parse_payload(args.payload)

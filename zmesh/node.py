@@ -153,6 +153,7 @@ class Node:
         self._started = False
         self._closed = False
         self._started_at: float | None = None
+        self._seeds_pending = bool(self._seed_endpoints)  # until start() knocks on them
 
     # -- lifecycle -------------------------------------------------------
 
@@ -200,6 +201,7 @@ class Node:
         self._driver.discovery = await start_mdns(self, self.transport)
 
     def _connect_seeds(self) -> None:
+        self._seeds_pending = False
         if not self._closed:
             for endpoint in self._seed_endpoints:
                 self.connect(endpoint)
@@ -251,12 +253,14 @@ class Node:
 
     @property
     def joining(self) -> bool:
-        """Is this node still knocking on, or shaking hands with, a member it
-        was given (a seed) or heard of? The first member's HELLO names the
-        others; until each has answered, the registry misses them. A seed
-        that is down keeps this True while it is knocked on."""
+        """Is this started node still knocking on, or shaking hands with, a
+        member it was given (a seed) or heard of? The first member's HELLO
+        names the others; until each has answered, the registry misses them.
+        A seed that is down keeps this True while it is knocked on."""
+        if not self._started or self._closed:
+            return False
         members = self._engine.members
-        return any(k.state == "knocking" for k in members.knocks.values()) or any(
+        return self._seeds_pending or any(k.state == "knocking" for k in members.knocks.values()) or any(
             not p.joined for p in members.peers.values())
 
     @property
