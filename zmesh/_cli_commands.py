@@ -18,7 +18,7 @@ from .message import Message
 from .node import Node
 from .registry import MeshEvent
 
-__all__ = ["CliError", "DEFAULT_REQUEST_TIMEOUT", "peers", "send", "sub"]
+__all__ = ["CliError", "DEFAULT_REQUEST_TIMEOUT", "join", "peers", "send", "stdout_gone", "sub"]
 
 #: ``zmesh request --timeout``'s default: the Python API's own (``Agent.request``).
 DEFAULT_REQUEST_TIMEOUT: float = float(inspect.signature(Agent.request).parameters["timeout"].default)
@@ -142,7 +142,7 @@ async def send(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stdout_gone() -> None:
+def stdout_gone() -> None:
     """The reader of stdout left (``zmesh sub ... | head``): drop what is still buffered."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
@@ -164,7 +164,7 @@ async def sub(args: argparse.Namespace) -> int:
         try:
             print(dumps({"topic": msg.topic, "sender": msg.sender, "payload": msg.payload}), flush=True)
         except BrokenPipeError:
-            _stdout_gone()
+            stdout_gone()
             done.set()
             return
         printed += 1

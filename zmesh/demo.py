@@ -210,7 +210,7 @@ def _what_next(out: TextIO, node: Node, commands: Iterable[str], keep: bool) -> 
     if not keep:
         print("\nWhat next:\n"
               "  zmesh demo --keep   run it again and leave the mesh up, with commands to try against it\n"
-              "  zmesh --help        peers, send, request, sub: use any running mesh from a shell",
+              "  zmesh --help        peers, send, request, sub, top: use any running mesh from a shell",
               file=out, flush=True)
         return
     print(f"\nThe mesh {node.mesh!r} keeps running: console (this process), planner, writer, researcher-2.\n"
