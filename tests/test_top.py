@@ -151,7 +151,8 @@ async def test_the_view_shows_nodes_agents_rates_inboxes_and_events() -> None:
     assert all(n["answered"] and n["rtt_ms"] > 0 and n["uptime"] > 0 for n in view["nodes"]), view["nodes"]
     assert rows["worker-1"]["handled_per_s"] > 0 and rows["worker-1"]["capabilities"] == ["worker"]
     slow = rows["slow"]
-    assert (slow["running"], slow["inbox"], slow["inbox_size"], slow["dropped"], slow["dead_letters"]) == (1, 2, 4, 7, 1)
+    figures = [slow[k] for k in ("running", "inbox", "inbox_size", "dropped", "dead_letters")]
+    assert figures == [1, 2, 4, 7, 1], slow
     assert slow["subscriptions"] == ["ev.*"]
 
     text = _text(view)
@@ -246,12 +247,13 @@ class PtyTop:
 
 # slow's row: capabilities, subscriptions, rate, handled, running, inbox, dropped, dead letters.
 _SLOW_ROW = re.compile(r"slow +hub +slowness +ev\.\* +\d+\.\d/s +2 +1/1 +2/4 +7 +1 ")
+# worker-1's node: endpoint, incarnation, up time, RTT.
+_WORKER_NODE_ROW = re.compile(r"worker-1-node +tcp://127\.0\.0\.1:\d+ +[0-9a-f]{22} +\d+s +\d+\.\d ms ")
 
 
 def _shows_the_mesh(screen: str) -> bool:
     return (all(name in screen for name in NODES | AGENTS) and _SLOW_ROW.search(screen) is not None
-            and re.search(r"worker-1-node +tcp://127\.0\.0\.1:\d+ +[0-9a-f]{22} +\d+s +\d+\.\d ms ", screen) is not None
-            and "Events since top joined" in screen)
+            and _WORKER_NODE_ROW.search(screen) is not None and "Events since top joined" in screen)
 
 
 @pytest.mark.parametrize("key, code, last_words", [(b"q", 0, ""), (b"\x03", 130, "zmesh top: interrupted (SIGINT)")])
