@@ -265,7 +265,9 @@ class Engine(Outbound):
         if node_id is None:
             if target.startswith(NODE_ADDRESS_PREFIX):  # a node itself (zmesh._names.node_address)
                 node_id = target[len(NODE_ADDRESS_PREFIX):]
-                return LOCAL if node_id == self.node_id else node_id if node_id in self.members.peers else None
+                if node_id == self.node_id:
+                    return LOCAL
+                return node_id if node_id in self.members.peers else None
             # A peer whose HELLO arrived but whose SUB is not attached yet can
             # already send us requests; its replies must still find it.
             for peer in self.members.peers.values():
