@@ -187,6 +187,14 @@ class Delivery:
                 self._dispatch.reply(msg, "ok", result)
         elif msg.qos and not entry.broadcast:
             self._dispatch.handled(entry.origin, msg)
+        inbox = self.inboxes.get(agent.id)
+        if inbox is not None and not (inbox.heap or inbox.pumping or inbox.slow):
+            # self._release, inline for its common case (nothing waits): once per message
+            inbox.running -= 1
+            driver = self._driver
+            if not driver.in_drain:
+                driver.handler_ended()
+            return
         self._release(agent.id)
 
     def _handler_failed(self, exc: BaseException, extra: tuple[Agent, Entry]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 __all__ = ["Inbox", "Entry", "DEFAULT_CONCURRENCY", "DEFAULT_INBOX", "DEFAULT_INBOX_BYTES"]
 
 DEFAULT_CONCURRENCY = 16
-DEFAULT_INBOX = 4096
+DEFAULT_INBOX = 16384  # eight senders' credit windows (CREDIT_WINDOW)
 DEFAULT_INBOX_BYTES = 64 << 20
 
 
