@@ -24,7 +24,7 @@ EXPECTED = {
     "watch_the_mesh.py": [
         "node-b: incarnation ",
         "worker: handled 20 (",
-        "inbox 0/4096, dropped 0, dead letters 0",
+        "inbox 0/16384, dropped 0, dead letters 0",
         "event: agent_joined helper on node-b",
     ],
 }
