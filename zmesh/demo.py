@@ -210,7 +210,7 @@ def _what_next(out: TextIO, node: Node, commands: Iterable[str], keep: bool) -> 
     if not keep:
         print("\nWhat next:\n"
               "  zmesh demo --keep   run it again and leave the mesh up, with commands to try against it\n"
-              "  zmesh --help        peers, send, request, sub: use any running mesh from a shell",
+              "  zmesh --help        peers, send, request, sub, top: use any running mesh from a shell",
               file=out, flush=True)
         return
     print(f"\nThe mesh {node.mesh!r} keeps running: console (this process), planner, writer, researcher-2.\n"
@@ -221,13 +221,13 @@ def _what_next(out: TextIO, node: Node, commands: Iterable[str], keep: bool) -> 
     print("Ctrl-C here stops the mesh.", file=out, flush=True)
 
 
-async def _demo(out: TextIO, keep: bool, commands: Iterable[str]) -> None:
+async def _demo(out: TextIO, keep: bool, commands: Iterable[str], port: int) -> None:
     say = _Narrator(out)
     started = time.perf_counter()
     mesh = f"demo-{os.getpid()}"
     agents = _Agents(mesh)
     async with Node(mesh, name="console-node", interfaces="local", discovery=False,
-                    liveness=DEMO_LIVENESS) as node:
+                    liveness=DEMO_LIVENESS, port=port) as node:
         say.say("mesh", f"{mesh!r}, local-only (127.0.0.1); console node at {node.endpoint}")
         try:
             await _story(node, agents, say)
@@ -241,18 +241,21 @@ async def _demo(out: TextIO, keep: bool, commands: Iterable[str]) -> None:
             await agents.stop()
 
 
-def run_demo(out: TextIO | None = None, *, keep: bool = False, commands: Iterable[str] | None = None) -> int:
+def run_demo(
+    out: TextIO | None = None, *, keep: bool = False, commands: Iterable[str] | None = None, port: int = 0
+) -> int:
     """Run the demo; return the process exit code (130/143 when stopped by SIGINT/SIGTERM).
 
     ``commands`` are the ``zmesh`` subcommands a kept mesh suggests trying
-    (default: peers, request, sub).
+    (default: peers, request, sub). ``port`` fixes the console node's port,
+    the seed endpoint a kept mesh prints (0: any free port).
     """
     stream = sys.stdout if out is None else out
     suggest = ("peers", "request", "sub") if commands is None else tuple(commands)
 
     async def main() -> int:
         try:
-            await _demo(stream, keep, suggest)
+            await _demo(stream, keep, suggest, port)
         except (DemoFailed, ZmeshError) as exc:
             print(f"zmesh demo FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
