@@ -184,8 +184,7 @@ class Hostile:
                 dealer.connect(self.cfg["router"])
             ping = msgpack.packb([PING, True])
             per_frame = max(1, cmd.get("frame_bytes", 1 << 20) // len(ping))
-            if cmd.get("joined"):
-                per_frame = min(per_frame, 16384)  # the most a frame may hold (more: dropped unread)
+            per_frame = min(per_frame, cmd.get("items") or per_frame)
             header = (b"\xdc" + (per_frame + 1).to_bytes(2, "big") if per_frame < 0xFFFF
                       else b"\xdd" + (per_frame + 1).to_bytes(4, "big"))
             frame = header + msgpack.packb(1) + ping * per_frame

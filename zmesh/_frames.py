@@ -31,9 +31,9 @@ MSG: Final = 0  # the item kind of a message
 MSG_FIELDS: Final = 15  # [MSG, id, ..., status, payload]
 #: Kind of a bad item. Not an int, so nothing on the wire can claim it.
 BAD: Final = "bad"
-#: Items a frame may hold. A batch is at most 256 KiB and a message item at
-#: least ~55 bytes, so no node sends more; a frame with more is dropped unread.
-MAX_ITEMS: Final = 16384
+#: Items a frame may hold: the work one frame costs stays bounded. Senders
+#: split larger batches; a frame with more is dropped unread.
+MAX_ITEMS: Final = 4096
 
 _packb: Callable[[Any], bytes] = msgpack.packb
 _unpackb: Callable[..., Any] = msgpack.unpackb

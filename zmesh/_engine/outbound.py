@@ -16,6 +16,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from .. import codec
+from .._frames import MAX_ITEMS
 from ..errors import FrameError, ZmeshError
 from . import inbound
 from .config import LOCAL
@@ -117,13 +118,18 @@ class Outbound:
 
     def _flush_pub(self) -> None:
         items, self._pub_items, self._pub_size = self._pub_items, [], 0
-        frame = codec.join_pub_frame(self.node_id, self.seq, items)
-        self.effects.append((PUBLISH, frame))
-        self.stats["frames_published"] += 1
-        self.stats["bytes_published"] += len(frame)
+        for start in range(0, len(items), MAX_ITEMS):  # no receiver takes more in one frame
+            frame = codec.join_pub_frame(self.node_id, self.seq, items[start:start + MAX_ITEMS])
+            self.effects.append((PUBLISH, frame))
+            self.stats["frames_published"] += 1
+            self.stats["bytes_published"] += len(frame)
 
     def _flush_one(self, node_id: str, items: list[bytes]) -> None:
         if not items:
+            return
+        if len(items) > MAX_ITEMS:  # no receiver takes more in one frame
+            for start in range(0, len(items), MAX_ITEMS):
+                self._flush_one(node_id, items[start:start + MAX_ITEMS])
             return
         store = self.reliable.store
         if store is not None and store.dirty:

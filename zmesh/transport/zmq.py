@@ -325,6 +325,7 @@ class ZmqTransport(Transport):
         self._subscribed: set[str] = set()
         self._counters: dict[str, int] = {}
         self._keys: dict[bytes, str] = {}  # routing id -> key, for the printable ones
+        self._rescheduled: set[Callable[[], None]] = set()  # drains asked for again, pending
         self._closed = False
 
     # -- set-up ----------------------------------------------------------
@@ -612,9 +613,17 @@ class ZmqTransport(Transport):
                 host.on_subscriber_ready(data[2:].decode("utf-8", "replace"))
         self._reschedule(self._drain_xpub)
 
-    def _reschedule(self, drain: Any) -> None:
-        if self._loop is not None and not self._closed:
-            self._loop.call_soon(drain)
+    def _reschedule(self, drain: Callable[[], None]) -> None:
+        """Drain again soon. One pending call per socket: the socket's own
+        wake-up may run a drain meanwhile, and each drain that stops at its
+        budget asks again, so without this the calls would pile up."""
+        if self._loop is not None and not self._closed and drain not in self._rescheduled:
+            self._rescheduled.add(drain)
+            self._loop.call_soon(self._drain_again, drain)
+
+    def _drain_again(self, drain: Callable[[], None]) -> None:
+        self._rescheduled.discard(drain)
+        drain()
 
     # -- teardown --------------------------------------------------------
 
