@@ -9,30 +9,27 @@ Every state change goes through :func:`.states.step`, so the table in
 from __future__ import annotations
 
 import logging
-import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..codec import (
-    Ack, Blocked, Bye, Control, Credit, Declined, Handled, Hello, Ping, Pong, Refuse, Update, encode_control, join_frame,
+    Ack, Blocked, Bye, Control, Credit, Declined, Handled, Hello, Ping, Pong, Update, encode_control, join_frame,
 )
 from .._names import printable
 from ..errors import FrameError
-from ..registry import MeshEvent, NodeRecord
+from ..registry import NodeRecord
 from ..transport.base import endpoint_host, is_loopback_endpoint
 from .effects import ACKED, ANNOUNCE, CLOSE, EVENT, REDISCOVER, SEND, SUBSCRIBE, UNSUBSCRIBE
 from . import admission, timers
 from .config import (
     DISCOVERED_PATIENCE,
     LOST_PATIENCE,
-    MAX_LOGGED_DROPS,
     MAX_READY_KEYS,
-    MAX_REFUSALS_PER_SECOND,
     REDISCOVER_MIN,
     SEED_RETRY,
     SEED_RETRY_MAX,
 )
 from .parked import Parked
+from .peer import Knock, Peer
 from .states import step
 
 if TYPE_CHECKING:
@@ -42,51 +39,6 @@ __all__ = ["Members", "Peer", "Knock", "SEED_RETRY", "SEED_RETRY_MAX", "DISCOVER
            "LOST_PATIENCE", "MAX_READY_KEYS"]
 
 log = logging.getLogger("zmesh")
-
-
-
-@dataclass(slots=True, eq=False)
-class Peer:
-    node_id: str
-    incarnation: str
-    key: str
-    link: int
-    router: str
-    pub: str
-    record: NodeRecord
-    state: str
-    last_heard: float
-    last_sent: float
-    last_knock: float
-    acked_seq: int = -1
-    was_joined: bool = False
-    update_sent: float = 0.0  # when our record last went to it (sent again until acknowledged)
-    since: float = 0.0  # when its HELLO made it a peer
-    challenged: float = -math.inf  # when we last pinged it because another connection claimed its name
-    answered: bool = True  # a frame came over its connection since (publications do not count)
-    ponged: float = -math.inf  # when we last answered its PING(true)
-
-    @property
-    def node_key(self) -> str:
-        """``node|incarnation``: its name for this run (its connection key adds a part of its own)."""
-        return f"{self.node_id}|{self.incarnation}"
-
-    @property
-    def joined(self) -> bool:
-        return self.state == "joined" or self.state == "evasive"
-
-
-@dataclass(slots=True, eq=False)
-class Knock:
-    """An endpoint we say HELLO to until its node answers, refuses, or we give up."""
-
-    endpoint: str
-    link: int
-    state: str = "knocking"
-    next_try: float = 0.0
-    give_up_at: float = 0.0  # 0: never (a seed the user gave)
-    interval: float = SEED_RETRY
-    node_id: str = ""  # set when knocking on a lost peer's address
 
 
 class Members:
