@@ -352,8 +352,9 @@ class Engine(Outbound):
             self.flow.sent(route, msg.target, size)
         else:  # Flow.sent, inline: once per message of a send loop
             out.sent += 1
-            out.sizes.append(size)
-            out.bytes += size
+            if size > self.flow.big:
+                out.sizes.append((out.sent, size))
+                out.bytes += size
         self.enqueue(route, item)
         self.stats["messages_sent"] += 1
 
