@@ -532,6 +532,9 @@ def test_engine_long_topics_and_ids_are_dropped_before_any_cache_keeps_them() ->
     assert not net.effects("a", fx.DELIVER) and len(a.reliable.seen) == 0
     send(topic="news." + "x" * 1000, id="i" * 256, qos=1)  # as long as a node sends: taken
     assert len(net.effects("a", fx.DELIVER)) == 1
+    blocked = codec.join_frame([codec.encode_control(codec.Blocked("a" * 300, 1))])
+    a.receive_direct("b|0001", blocked, net.now)  # flow control for an agent id no node may have
+    assert a.dropped["malformed"] == 4 and len(a.flow.inn) == flows
 
 
 def test_engine_a_stranger_refusal_then_a_hello_from_that_address_is_no_engine_error() -> None:

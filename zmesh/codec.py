@@ -353,7 +353,8 @@ def parse_control(item: list[Any]) -> Control:
         endpoints = _endpoints(item[3], "refuse") if n == 4 else ()
         return Refuse(item[1][:1024], item[2][:256], endpoints)
     if kind == CREDIT or kind == BLOCKED:
-        if n != 3 or item[1].__class__ is not str or item[2].__class__ is not int or item[2] < 0:
+        if (n != 3 or item[1].__class__ is not str or item[2].__class__ is not int or item[2] < 0
+                or len(item[1]) > 256):  # an agent id's limit: flow control keeps an entry per agent
             raise FrameError("malformed", "credit" if kind == CREDIT else "blocked")
         return Credit(item[1], item[2]) if kind == CREDIT else Blocked(item[1], item[2])
     if kind == HANDLED or kind == DECLINED:
