@@ -410,3 +410,19 @@ async def test_tracing_true_uses_the_global_provider_and_bad_values_are_refused(
         await wait_for(lambda: got)
         assert re.fullmatch("[0-9a-f]{32}", sent.trace_id) and got[0].trace_id == sent.trace_id
         assert traced.spans == []
+
+
+def test_the_blocking_facade_continues_the_callers_span(traced: Traced) -> None:
+    import zmesh.sync as zs
+
+    with zs.Node("sync-otel", transport="inproc", tracing=traced.provider) as node:
+        a, b = node.agent("a"), node.agent("b")
+        b.add_handler("sync.ask", lambda msg: "answer")
+        with traced.provider.get_tracer("script").start_as_current_span("batch job") as outer:
+            reply = a.request("b", "sync.ask", timeout=10)
+    assert reply.trace_id == f"{outer.get_span_context().trace_id:032x}"
+    assert tree(traced.spans) == {
+        "batch job@None": None,
+        "request sync.ask@a": "batch job@None",
+        "process sync.ask@b": "request sync.ask@a",
+    }
