@@ -374,6 +374,42 @@ async def test_errors_mark_spans_with_status_error(transport: str, traced: Trace
         assert spans["process bad.event@b"].attributes["error.type"] == "KeyError"
 
 
+async def test_a_timeout_is_an_error_a_cancellation_is_not_and_close_ends_open_handler_spans(
+    transport: str, traced: Traced
+) -> None:
+    clock = zmesh.FakeClock()
+    async with Mesh(transport, clock=clock) as m:
+        n1, n2 = await two_nodes(m, traced.provider)
+        a, b = n1.agent("a"), n2.agent("b")
+        parked: list[Message] = []
+
+        @b.on("slow.job")
+        def park(msg: Message) -> object:
+            parked.append(msg)
+            return zmesh.DEFERRED
+
+        await m.converged()
+        timing_out = asyncio.ensure_future(a.request("b", "slow.job", timeout=5))
+        await wait_for(lambda: parked)
+        clock.advance(6)
+        with pytest.raises(zmesh.Timeout):
+            await timing_out
+        cancelled = asyncio.ensure_future(a.request("b", "slow.job", timeout=5))
+        await wait_for(lambda: len(parked) == 2)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        requests = [s for s in traced.spans if s.name == "request slow.job"]
+        assert [s.status.status_code for s in requests] == [StatusCode.ERROR, StatusCode.UNSET]
+        assert requests[0].attributes["error.type"] == "Timeout"
+        assert requests[1].attributes["zmesh.outcome"] == "cancelled"
+        assert [s for s in traced.spans if s.name == "process slow.job"] == []  # never answered: still open
+    handlers = [s for s in traced.spans if s.name == "process slow.job"]
+    assert [(s.status.status_code, s.attributes["zmesh.status"]) for s in handlers] == [
+        (StatusCode.ERROR, "node_closed")
+    ] * 2
+
+
 async def test_a_deferred_reply_ends_its_handler_span(transport: str, traced: Traced) -> None:
     async with Mesh(transport) as m:
         n1, n2 = await two_nodes(m, traced.provider)

@@ -162,6 +162,9 @@ class TracedDispatch(Dispatch):
         span = self._begin(msg, kind, SpanKind.PRODUCER)
         try:
             await super().send(msg, timeout, kind, dead_letter)
+        except asyncio.CancelledError:
+            span.set_attribute("zmesh.outcome", "cancelled")  # the caller's own choice: no error
+            raise
         except BaseException as exc:
             _failed(span, exc)
             raise
