@@ -204,7 +204,8 @@ async def test_send_stamps_sender_target_and_topic(transport: str) -> None:
         assert (got.id, got.type, got.priority, got.qos) == (sent.id, "notify", 1, 1)
         assert (got.correlation_id, got.reply_to) == ("", "")
         assert got.timestamp == clock.time() == sent.timestamp
-        assert got.trace_id == sent.trace_id == sent.id  # no trace context: a new trace
+        assert got.trace_id == sent.trace_id != ""  # no trace context: a new trace,
+        assert re.fullmatch("[0-9a-f]{32}", got.trace_id)  # with a W3C trace-id
         assert n1.stats()["messages_sent"] == 1
         assert n2.stats()["messages_received"] >= 1
 
@@ -867,7 +868,7 @@ async def test_trace_id_follows_the_whole_chain(transport: str) -> None:
         assert [(e.reason, e.trace_id) for e in n1.dead_letters] == [("not_found", "t-1")]
         assert [(e.reason, e.trace_id) for e in n2.dead_letters] == [("not_found", "t-1")]
 
-        # Outside any trace context a request starts a new trace: its own id.
+        # Outside any trace context a request starts a new trace: a new W3C trace-id.
         await a.request("b", "trace.start", timeout=10)
         assert seen["b"][0] == seen["b"][1] == seen["d"][1] != "t-1"
 

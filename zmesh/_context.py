@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextvars
 
-from .message import new_id
+from .message import new_trace_id
 
 __all__ = ["trace_var", "current_trace_id", "trace_context"]
 
@@ -17,10 +17,11 @@ def current_trace_id() -> str:
 
 
 class trace_context:
-    """``with zmesh.trace_context("abc"):`` makes outgoing messages carry that trace id."""
+    """``with zmesh.trace_context("abc"):`` makes outgoing messages carry that trace id
+    (without one: a new W3C trace-id)."""
 
     def __init__(self, trace_id: str | None = None) -> None:
-        self.trace_id = trace_id or new_id()
+        self.trace_id = trace_id or new_trace_id()
         self._token: contextvars.Token[str] | None = None
 
     def __enter__(self) -> str:

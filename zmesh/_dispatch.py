@@ -26,7 +26,7 @@ from .errors import (
     ZmeshError,
 )
 from .handlers import HandlerTasks
-from .message import Message
+from .message import Message, new_trace_id
 from .observer import Observer, Receipt
 from ._remote import reply_error
 
@@ -89,7 +89,7 @@ class Dispatch:
 
     def stamp(self, msg: Message, trace_id: str | None) -> None:
         msg.timestamp = self._clock.time()
-        msg.trace_id = trace_id or trace_var.get() or msg.id
+        msg.trace_id = trace_id or trace_var.get() or new_trace_id()
 
     async def send(self, msg: Message, timeout: float | None, kind: str = "send", dead_letter: bool = True) -> None:
         """Fire-and-forget, once flow control allows; raises before anything is sent."""

@@ -5,9 +5,10 @@ Decoding has a fast path, one ``unpackb`` of the whole frame. Only when that
 fails does it walk the frame item by item (``Unpacker.skip`` finds each
 item's bounds without building it), so one undecodable item costs only
 itself: it comes back as a *bad item* ``[BAD, reason, detail, header]`` in
-its place, where ``header`` is the message's 15 fields with the payload
-replaced by None when the item was a MSG whose header still decodes (the
-engine answers such a request with an error), else None.
+its place, where ``header`` is the message's fields (15, or 16 with a
+traceparent) with the payload replaced by None when the item was a MSG
+whose header still decodes (the engine answers such a request with an
+error), else None.
 
 A Timestamp extension (how a ``datetime`` travels) decodes to an aware
 ``datetime`` in UTC (``timestamp=3``); nothing else in a frame uses it.
@@ -28,7 +29,7 @@ __all__ = [
 
 PROTOCOL_VERSION: Final = 1
 MSG: Final = 0  # the item kind of a message
-MSG_FIELDS: Final = 15  # [MSG, id, ..., status, payload]
+MSG_FIELDS: Final = 15  # [MSG, id, ..., status, payload]; a traced message adds a traceparent
 #: Kind of a bad item. Not an int, so nothing on the wire can claim it.
 BAD: Final = "bad"
 #: Items a frame may hold: the work one frame costs stays bounded. Senders
@@ -182,7 +183,8 @@ def _header(raw: bytes) -> list[Any] | None:
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=True, max_buffer_size=len(raw))
     unpacker.feed(raw)
     try:
-        if unpacker.read_array_header() != MSG_FIELDS:
+        count = unpacker.read_array_header()
+        if count != MSG_FIELDS and count != MSG_FIELDS + 1:
             return None
         fields = [unpacker.unpack() for _ in range(MSG_FIELDS - 1)]
     except Exception:
@@ -190,4 +192,10 @@ def _header(raw: bytes) -> list[Any] | None:
     if fields[0] != MSG or fields[0].__class__ is not int:
         return None
     fields.append(None)
+    if count > MSG_FIELDS:  # the traceparent, after the payload
+        try:
+            unpacker.skip()
+            fields.append(unpacker.unpack())
+        except Exception:
+            pass  # the header without it still tells who waits for an answer
     return fields

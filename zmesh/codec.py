@@ -112,25 +112,26 @@ def encode_message(msg: Message, max_payload: int, pack: ItemPacker | None = Non
     """
     packer = ItemPacker() if pack is None else pack
     try:
-        item: bytes = packer.pack(
-            [
-                MSG,
-                msg.id,
-                _TYPE_CODE[msg.type],
-                msg.sender,
-                msg.target,
-                msg.topic,
-                msg.correlation_id,
-                msg.reply_to,
-                msg.priority,
-                msg.qos,
-                msg.ttl,
-                msg.timestamp,
-                msg.trace_id,
-                _STATUS_CODE[msg.status],
-                msg.payload,
-            ]
-        )
+        fields = [
+            MSG,
+            msg.id,
+            _TYPE_CODE[msg.type],
+            msg.sender,
+            msg.target,
+            msg.topic,
+            msg.correlation_id,
+            msg.reply_to,
+            msg.priority,
+            msg.qos,
+            msg.ttl,
+            msg.timestamp,
+            msg.trace_id,
+            _STATUS_CODE[msg.status],
+            msg.payload,
+        ]
+        if msg.traceparent:  # a 16th field, only on a message its node traced
+            fields.append(msg.traceparent)
+        item: bytes = packer.pack(fields)
     except KeyError as exc:
         packer.tuples = False
         raise InvalidMessage(f"unknown message type or status {exc}") from None
@@ -170,8 +171,14 @@ def encode_item(item: list[Any]) -> bytes:
 
 def message_from_item(item: list[Any]) -> Message:
     """Build a Message from a decoded MSG item; raise FrameError if malformed."""
+    traceparent = ""
     if len(item) != _MSG_FIELDS:
-        raise FrameError("malformed", "wrong message field count")
+        if len(item) != _MSG_FIELDS + 1:
+            raise FrameError("malformed", "wrong message field count")
+        traceparent = item[_MSG_FIELDS]
+        if traceparent.__class__ is not str:
+            raise FrameError("malformed", "bad message field type")
+        item = item[:_MSG_FIELDS]
     (
         _,
         msg_id,
@@ -225,6 +232,7 @@ def message_from_item(item: list[Any]) -> Message:
         trace_id,
         status,
         msg_id,
+        traceparent,
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -21,6 +22,7 @@ __all__ = [
     "ENVELOPE_VERSION",
     "new_id",
     "new_request_id",
+    "new_trace_id",
     "check_options",
 ]
 
@@ -64,6 +66,18 @@ def new_request_id() -> str:
     return "%012x%s" % (int(time.time() * 1000), os.urandom(8).hex())
 
 
+_random_bits = random.getrandbits
+
+
+def new_trace_id() -> str:
+    """Return a new W3C Trace Context trace-id: 32 lowercase hex digits, random, never all zeros.
+
+    Random in every bit (not time-ordered like :func:`new_id`), as samplers
+    that keep a share of traces by their trace id expect.
+    """
+    return (_random_bits(128) or 1).to_bytes(16, "big").hex()
+
+
 def check_options(priority: int, qos: int, ttl: float | None) -> None:
     """Raise :class:`InvalidMessage` for a priority, qos or ttl out of range."""
     if priority.__class__ is not int or not 0 <= priority <= 5:
@@ -81,7 +95,10 @@ class Message:
 
     ``correlation_id`` is empty for fire-and-forget messages and pairs a
     request with its reply otherwise. ``status`` is ``"ok"`` except on replies
-    that report a failure at the far end.
+    that report a failure at the far end. ``trace_id`` names the interaction
+    the message belongs to (a W3C trace-id unless one was given by hand);
+    ``traceparent`` is the W3C ``traceparent`` of the OpenTelemetry span that
+    sent it, or ``""`` when its node does not trace (see the guide's *Tracing*).
     """
 
     type: str = "notify"
@@ -98,6 +115,7 @@ class Message:
     trace_id: str = ""
     status: str = "ok"
     id: str = field(default_factory=new_id)
+    traceparent: str = ""
 
     @property
     def is_reply(self) -> bool:
@@ -112,28 +130,29 @@ class Message:
         return self.ttl is not None and now > self.timestamp + self.ttl
 
     def to_envelope(self) -> dict[str, Any]:
-        """Return the JSON-ready envelope used by file-based agent frameworks."""
-        return {
-            "header": {
-                "msg_id": self.id,
-                "type": self.type,
-                "version": ENVELOPE_VERSION,
-                "sender": self.sender,
-                "sender_type": "agent",
-                "target": self.target,
-                "target_type": "agent" if self.target else "topic",
-                "topic": self.topic,
-                "priority": self.priority,
-                "qos": self.qos,
-                "timestamp": self.timestamp,
-                "ttl": self.ttl,
-                "correlation_id": self.correlation_id,
-                "reply_to": self.reply_to,
-                "trace_id": self.trace_id,
-                "status": self.status,
-            },
-            "payload": self.payload,
+        """Return the JSON-ready envelope used by file-based agent frameworks
+        (its header has a ``traceparent`` only when the message has one)."""
+        header: dict[str, Any] = {
+            "msg_id": self.id,
+            "type": self.type,
+            "version": ENVELOPE_VERSION,
+            "sender": self.sender,
+            "sender_type": "agent",
+            "target": self.target,
+            "target_type": "agent" if self.target else "topic",
+            "topic": self.topic,
+            "priority": self.priority,
+            "qos": self.qos,
+            "timestamp": self.timestamp,
+            "ttl": self.ttl,
+            "correlation_id": self.correlation_id,
+            "reply_to": self.reply_to,
+            "trace_id": self.trace_id,
+            "status": self.status,
         }
+        if self.traceparent:
+            header["traceparent"] = self.traceparent
+        return {"header": header, "payload": self.payload}
 
     @classmethod
     def from_envelope(cls, envelope: dict[str, Any]) -> Message:
@@ -166,6 +185,7 @@ class Message:
                 ttl=header.get("ttl"),
                 timestamp=float(stamp),
                 trace_id=str(header.get("trace_id", "") or ""),
+                traceparent=str(header.get("traceparent", "") or ""),
                 status=str(header.get("status", "ok")),
             )
         except InvalidMessage:

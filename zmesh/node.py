@@ -20,12 +20,12 @@ from types import TracebackType
 from typing import Any, AsyncIterator, Callable, Iterable, Sequence
 
 from ._context import current_trace_id, trace_context
-from ._dispatch import Dispatch
 from ._driver import Driver
 from ._engine import Engine, EngineConfig
 from ._names import check_agent_id, check_name
 from ._run import track, untrack
 from ._stats import answer, ask, node_stats
+from ._tracing import make_dispatch
 from ._watch import Watch
 from .agent import Agent
 from .clock import Clock, SystemClock
@@ -72,6 +72,9 @@ class Node:
     dataclass, a Pydantic model) into ones it does; ``decoder`` is called
     with every dict of a received payload, like ``json.loads(object_hook=)``
     (see "What travels as what" in the guide).
+    ``tracing=True`` (or a TracerProvider) makes an OpenTelemetry span for
+    every send, request, delegate, handoff, broadcast and handler run; it
+    needs the ``otel`` extra (see "Tracing" in the guide).
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class Node:
         pub_port: int = 0,
         encoder: Callable[[Any], Any] | None = None,
         decoder: Callable[[dict[Any, Any]], Any] | None = None,
+        tracing: Any = False,
     ) -> None:
         check_name("mesh", mesh)
         if name is not None:
@@ -142,7 +146,7 @@ class Node:
         self.registry: Registry = self._engine.registry
         self._watch = Watch(self.id)
         self._driver = Driver(self._engine, self.transport, self.clock, self._watch)
-        self._dispatch = Dispatch(self, self._engine, self._driver, dead_letter_capacity, workers)
+        self._dispatch = make_dispatch(tracing, self, self._engine, self._driver, dead_letter_capacity, workers)
         self._driver.dispatch = self._dispatch
         self._driver.node_message = lambda msg, origin: answer(self, msg, origin)
         self.dead_letters: DeadLetters = self._dispatch.dead_letters
