@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from .codec import PROTOCOL_VERSION
 from .discovery import MdnsDiscovery, PeerAdvert
+from .transport.base import endpoint_address
 
 if TYPE_CHECKING:
     from .node import Node
@@ -35,10 +36,11 @@ async def start_mdns(node: Node, transport: Transport) -> MdnsDiscovery:
         incarnation=node.incarnation,
         version=PROTOCOL_VERSION,
         scope=getattr(transport, "scope"),
-        router_port=int(transport.router_endpoint.rsplit(":", 1)[1]),
-        pub_port=int(transport.pub_endpoint.rsplit(":", 1)[1]),
+        router_port=int(endpoint_address(transport.router_endpoint).rsplit(":", 1)[1]),
+        pub_port=int(endpoint_address(transport.pub_endpoint).rsplit(":", 1)[1]),
         on_peer=on_peer,
         logger=log,
+        public_key=transport.public_key,
     )
     await discovery.start()
     return discovery

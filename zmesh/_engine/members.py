@@ -58,6 +58,7 @@ class Peer:
     acked_seq: int = -1
     was_joined: bool = False
     update_sent: float = 0.0  # when our record last went to it (sent again until acknowledged)
+    public_key: str | None = None  # keyed mode: the key its HELLO's connection authenticated with
 
     @property
     def joined(self) -> bool:
@@ -223,7 +224,7 @@ class Members:
         else:
             link = e.open_link(router)
         peer = Peer(record.node_id, record.incarnation, key, link, router, pub, record,
-                    "connecting", now, now, now)
+                    "connecting", now, now, now, public_key=e.sender_public_key)
         self.peers[record.node_id] = peer
         self._peers_changed += 1
         for endpoint in (router, *record.routers):
