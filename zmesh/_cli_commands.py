@@ -89,7 +89,8 @@ def _still_joining(node: Node) -> bool:
 async def join(args: argparse.Namespace) -> Node:
     """A started node that has joined the mesh ``args`` names: every member it heard of, if in time."""
     try:
-        node = Node(args.mesh, name=f"cli-{os.getpid()}", seeds=args.seed, interfaces=args.interfaces)
+        node = Node(args.mesh, name=f"cli-{os.getpid()}", seeds=args.seed, interfaces=args.interfaces,
+                    key=args.key, trusted=args.trusted, insecure=args.insecure)
     except ValueError as exc:  # e.g. a mesh name Node refuses
         raise CliError(str(exc), exit_code=2) from None
     events = node.events()  # from before the start, so no refusal is missed
