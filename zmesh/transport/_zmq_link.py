@@ -1,12 +1,20 @@
-"""One link of the zmq transport: a DEALER connected to one peer's ROUTER (internal)."""
+"""The per-peer sockets of the zmq transport (internal): a DEALER connected to
+one peer's ROUTER (a link) and, in keyed mode, a SUB attached to one peer's XPUB.
+
+A socket monitor (:class:`Watcher`) reports on each: the connection up,
+down, or refused at the CURVE handshake. libzmq does not reconnect after a
+refused handshake, so a refused socket dials again itself, with backoff: the
+peer may trust our key later (rotation without restarts).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import hashlib
+import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import zmq
 
@@ -17,20 +25,109 @@ from .base import endpoint_address, endpoint_key
 if TYPE_CHECKING:
     from .zmq import ZmqTransport
 
-__all__ = ["KeyedSubscription", "ZmqLink", "link_tag"]
+__all__ = ["KeyedSubscription", "Watcher", "ZmqLink", "link_tag"]
+
+log = logging.getLogger("zmesh")
 
 _BACKLOG_LIMIT = 100_000
 _RETRY_DELAY = 0.002
 _PROBE_ROOM = 16  # what the peer's ROUTER may queue to us (its identity probes; we never read them)
+_REDIAL_FIRST, _REDIAL_MAX = 0.5, 10.0  # seconds before dialling again after a refused handshake
 
 _DISCONNECTED = int(zmq.EVENT_DISCONNECTED)
 _HANDSHAKE_SUCCEEDED = int(zmq.EVENT_HANDSHAKE_SUCCEEDED)
-_LINK_EVENTS = _DISCONNECTED | _HANDSHAKE_SUCCEEDED
+_REFUSED = (int(zmq.EVENT_HANDSHAKE_FAILED_AUTH) | int(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+            | int(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL))
+_EVENTS = _DISCONNECTED | _HANDSHAKE_SUCCEEDED | _REFUSED
 
 
 def link_tag(secret: bytes, endpoint: str) -> str:
     """The routing-id tag of our link to ``endpoint``: unguessable without ``secret``."""
     return hashlib.blake2b(endpoint.encode(), key=secret, digest_size=8).hexdigest()
+
+
+class Watcher:
+    """A socket's monitor, read on the loop; ``on_event(event)`` for each event.
+
+    A refused handshake is answered here: the socket dials again after a
+    backoff (doubling, reset by a handshake that succeeds)."""
+
+    __slots__ = ("_transport", "_pair", "_on_event", "_sock", "_address", "_redial", "_delay", "_logged")
+
+    def __init__(
+        self, transport: ZmqTransport, sock: zmq.Socket[Any], endpoint: str, on_event: Callable[[int], None]
+    ) -> None:
+        self._transport = transport
+        self._sock = sock
+        self._address = endpoint
+        self._on_event = on_event
+        self._redial: asyncio.TimerHandle | None = None
+        self._delay = _REDIAL_FIRST
+        self._logged = False
+        address = f"inproc://zmesh-monitor-{zs.next_id()}"
+        sock.monitor(address, _EVENTS)
+        pair = zs.open_socket(transport._ctx, zmq.PAIR)
+        pair.setsockopt(zmq.LINGER, 0)
+        pair.connect(address)
+        self._pair: zmq.Socket[Any] | None = pair
+        if transport._loop is not None and transport._add_reader is not None:
+            transport._add_reader(zs.fd_of(pair), self.read)
+            transport._loop.call_soon(self.read)
+
+    def read(self) -> None:
+        pair = self._pair
+        if pair is None or pair.closed:
+            return
+        try:
+            while pair.getsockopt(zs.EVENTS) & zs.POLLIN:  # type: ignore[operator]
+                event = int.from_bytes(pair.recv_multipart(zs.NOBLOCK)[0][:2], "little")
+                if event & _REFUSED:
+                    self._refused()
+                elif event == _HANDSHAKE_SUCCEEDED:
+                    self._delay = _REDIAL_FIRST
+                self._on_event(event)
+                if self._pair is None:
+                    return  # the owner closed
+        except zmq.ZMQError:
+            pass
+
+    def _refused(self) -> None:
+        transport = self._transport
+        transport._counters["handshakes_failed"] = transport._counters.get("handshakes_failed", 0) + 1
+        if not self._logged:
+            self._logged = True
+            log.warning("zmesh: the handshake with %s failed (our key is not trusted there, or only one "
+                        "side has keys): dialling again, every %g s at most", self._address, _REDIAL_MAX)
+        if self._redial is None and transport._loop is not None and not transport._closed:
+            self._redial = transport._loop.call_later(self._delay, self._dial_again)
+            self._delay = min(self._delay * 2, _REDIAL_MAX)
+
+    def _dial_again(self) -> None:
+        self._redial = None
+        sock = self._sock
+        if self._pair is None or sock.closed:
+            return
+        address = endpoint_address(self._address)
+        with contextlib.suppress(zmq.ZMQError):
+            sock.disconnect(address)
+        with contextlib.suppress(zmq.ZMQError):
+            sock.connect(address)
+
+    def close(self) -> None:
+        """Stop watching (call before the socket closes)."""
+        if self._redial is not None:
+            self._redial.cancel()
+            self._redial = None
+        pair, self._pair = self._pair, None
+        if pair is None:
+            return
+        with contextlib.suppress(zmq.ZMQError):
+            self._sock.disable_monitor()
+        remove_reader = self._transport._remove_reader
+        if remove_reader is not None and not pair.closed:
+            with contextlib.suppress(Exception):
+                remove_reader(zs.fd_of(pair))
+        zs.close_socket(pair)
 
 
 class ZmqLink:
@@ -51,7 +148,8 @@ class ZmqLink:
     being trusted).
     """
 
-    __slots__ = ("_transport", "_sock", "_backlog", "_retry", "endpoint", "server_key", "_monitor", "_up")
+    __slots__ = ("_transport", "_sock", "_backlog", "_retry", "endpoint", "server_key", "_watcher", "_up",
+                 "_closing")
 
     def __init__(self, transport: ZmqTransport, endpoint: str) -> None:
         self._transport = transport
@@ -59,8 +157,9 @@ class ZmqLink:
         self.server_key = endpoint_key(endpoint)
         self._backlog: deque[bytes] = deque()
         self._retry: asyncio.TimerHandle | None = None
-        self._monitor: zmq.Socket[Any] | None = None
+        self._watcher: Watcher | None = None
         self._up: bool | None = None  # None: never connected; False: connected, then broke
+        self._closing = False
         self._sock: zmq.Socket[Any] | None = None
         if transport.may_dial(self.server_key):
             self.open()
@@ -68,7 +167,7 @@ class ZmqLink:
     def open(self) -> None:
         """Create and connect the DEALER (again, after :meth:`cut`)."""
         transport = self._transport
-        if self._sock is not None:
+        if self._sock is not None or transport._closed:
             return
         sock = zs.open_socket(transport._ctx, zmq.DEALER)
         try:
@@ -86,10 +185,13 @@ class ZmqLink:
                 sock.setsockopt(zmq.HEARTBEAT_IVL, int(interval * 1000))
                 sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, int(timeout * 1000))
                 sock.setsockopt(zmq.HEARTBEAT_TTL, int(timeout * 1000))
-                self._watch(sock)
+            if beats is not None or self.server_key is not None:
+                self._watcher = Watcher(transport, sock, self.endpoint, self._on_event)
             sock.connect(endpoint_address(self.endpoint))
         except zmq.ZMQError as exc:
-            self._close_monitor()
+            if self._watcher is not None:
+                self._watcher.close()
+                self._watcher = None
             zs.close_socket(sock)
             transport._drop("bad_endpoint", f"{self.endpoint}: {exc.strerror}")
             return
@@ -98,59 +200,22 @@ class ZmqLink:
     def cut(self) -> None:
         """Close the DEALER but keep the link (its key is no longer trusted)."""
         self._backlog.clear()
-        if self._sock is not None and self._monitor is not None:
-            with contextlib.suppress(zmq.ZMQError):
-                self._sock.disable_monitor()
-        self._close_monitor()
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
         if self._sock is not None:
             zs.close_socket(self._sock)
             self._sock = None
         self._up = None
 
-    def _watch(self, sock: zmq.Socket[Any]) -> None:
-        address = f"inproc://zmesh-link-monitor-{zs.next_id()}"
-        sock.monitor(address, _LINK_EVENTS)
-        monitor = zs.open_socket(self._transport._ctx, zmq.PAIR)
-        monitor.setsockopt(zmq.LINGER, 0)
-        monitor.connect(address)
-        self._monitor = monitor
-        transport = self._transport
-        if transport._loop is not None and transport._add_reader is not None:
-            transport._add_reader(zs.fd_of(monitor), self._on_monitor)
-            transport._loop.call_soon(self._on_monitor)
-
-    def _on_monitor(self) -> None:
-        self._read_monitor(notify=True)
-
-    def _read_monitor(self, notify: bool) -> None:
-        monitor = self._monitor
-        if monitor is None or monitor.closed:
-            return
-        try:
-            while monitor.getsockopt(zs.EVENTS) & zs.POLLIN:  # type: ignore[operator]
-                parts = monitor.recv_multipart(zs.NOBLOCK)
-                event = int.from_bytes(parts[0][:2], "little")
-                if event == _HANDSHAKE_SUCCEEDED:
-                    self._up = True
-                elif event == _DISCONNECTED and self._up:
-                    self._up = False
-                    host = self._transport._host
-                    if notify and host is not None:
-                        host.on_link_down(self)
-                        if self._monitor is None:
-                            return  # the host closed this link
-        except zmq.ZMQError:
-            pass
-
-    def _close_monitor(self) -> None:
-        monitor, self._monitor = self._monitor, None
-        if monitor is None:
-            return
-        remove_reader = self._transport._remove_reader
-        if remove_reader is not None and not monitor.closed:
-            with contextlib.suppress(Exception):
-                remove_reader(zs.fd_of(monitor))
-        zs.close_socket(monitor)
+    def _on_event(self, event: int) -> None:
+        if event == _HANDSHAKE_SUCCEEDED:
+            self._up = True
+        elif event == _DISCONNECTED and self._up:
+            self._up = False
+            host = self._transport._host
+            if not self._closing and host is not None:
+                host.on_link_down(self)
 
     def send(self, frame: bytes) -> None:
         if self._sock is None:
@@ -196,13 +261,13 @@ class ZmqLink:
             self._retry.cancel()
             self._retry = None
         self._backlog.clear()
-        if self._monitor is not None and self._sock is not None:
-            self._read_monitor(notify=False)  # events the loop has not read yet
+        if self._watcher is not None:
+            self._closing = True
+            self._watcher.read()  # events the loop has not read yet
             if self._up is False:
                 linger_ms = 0
-            with contextlib.suppress(zmq.ZMQError):
-                self._sock.disable_monitor()
-        self._close_monitor()
+            self._watcher.close()
+            self._watcher = None
         if self._sock is not None:
             zs.close_socket(self._sock, linger_ms)
             self._sock = None
@@ -214,13 +279,14 @@ class KeyedSubscription:
     CURVE client of the key its endpoint carries. Every frame it reads comes
     from that key (the handshake proved it), so the host is told so."""
 
-    __slots__ = ("_transport", "endpoint", "server_key", "_sock")
+    __slots__ = ("_transport", "endpoint", "server_key", "_sock", "_watcher")
 
     def __init__(self, transport: ZmqTransport, endpoint: str) -> None:
         self._transport = transport
         self.endpoint = endpoint
         self.server_key = endpoint_key(endpoint)
         self._sock: zmq.Socket[Any] | None = None
+        self._watcher: Watcher | None = None
         if transport.may_dial(self.server_key):
             self.open()
         else:
@@ -238,8 +304,12 @@ class KeyedSubscription:
             curve_client(sock, pair, self.server_key)
             sock.setsockopt(zmq.SUBSCRIBE, b"M")
             sock.setsockopt(zmq.SUBSCRIBE, b"J" + transport._key.encode())
+            self._watcher = Watcher(transport, sock, self.endpoint, lambda event: None)
             sock.connect(endpoint_address(self.endpoint))
         except zmq.ZMQError as exc:
+            if self._watcher is not None:
+                self._watcher.close()
+                self._watcher = None
             zs.close_socket(sock)
             transport._drop("bad_endpoint", f"{self.endpoint}: {exc.strerror}")
             return
@@ -267,6 +337,9 @@ class KeyedSubscription:
 
     def cut(self) -> None:
         """Detach (the publisher's key is no longer trusted, or we unsubscribed)."""
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
         sock, self._sock = self._sock, None
         if sock is None:
             return
