@@ -413,7 +413,8 @@ class ZmqTransport(Transport):
     def _sender(self, routing_id: bytes) -> str | None:
         key = self._senders.key(routing_id)
         if key is None:
-            self._drop("identity_taken", hex_id(routing_id))
+            text = routing_id.decode("utf-8", "replace")
+            self._drop("identity_taken", text if text.isprintable() else hex_id(routing_id))
         return key
 
     def _drain_router(self) -> None:
