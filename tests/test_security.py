@@ -167,17 +167,17 @@ def test_a_key_belongs_to_the_first_connection_while_it_is_up() -> None:
     senders = Senders(lambda rid: rid in connected, limit=2)
     first, forger, later = b"bob|01|aaaaaaaaaaaaaaaa", b"bob|01|bbbbbbbbbbbbbbbb", b"bob|01|cccccccccccccccc"
     connected.add(first)
-    assert senders.key(first) == "bob|01"
-    assert senders.key(forger) is None and senders.refused == 1  # bob's connection is up
+    assert senders.bind(first, "K") == ("bob|01", "K") and senders.by_id[first] == ("bob|01", "K")
+    assert senders.bind(forger) is None and senders.refused == 1  # bob's connection is up
     connected.discard(first)
-    assert senders.key(forger) is None  # refused a moment ago: not probed again at once
-    assert senders.key(later) == "bob|01" and first not in senders.by_id  # bob's link closed: free
-    assert senders.key(b"\x00\x01\x02\x03\x04") == "0x0001020304"
-    assert senders.key(b"fake|0001") == "fake|0001"  # a routing id without a tag is its own key
+    assert senders.bind(forger) is None  # refused a moment ago: not probed again at once
+    assert senders.bind(later) == ("bob|01", None) and first not in senders.by_id  # bob's link closed: free
+    assert senders.bind(b"\x00\x01\x02\x03\x04") == ("0x0001020304", None)
+    assert senders.bind(b"fake|0001") == ("fake|0001", None)  # a routing id without a tag is its own key
     connected.update((later, b"fake|0001"))
-    assert senders.key(b"carol|02|dddddddddddddddd") is None  # full, and every bound one is connected
+    assert senders.bind(b"carol|02|dddddddddddddddd") is None  # full, and every bound one is connected
     connected.discard(b"fake|0001")
-    assert senders.key(b"carol|02|dddddddddddddddd") == "carol|02"  # a gone one made room
+    assert senders.bind(b"carol|02|dddddddddddddddd") == ("carol|02", None)  # a gone one made room
 
 
 async def test_keygen_on_the_command_line(tmp_path: Path) -> None:

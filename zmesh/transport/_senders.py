@@ -17,6 +17,13 @@ claiming the same key (another connection forging ``bob|incarnation``) is
 dropped. Once the owner's connection is gone (``probe`` says it is not
 routable), the key is free again: a node that closed its link and opened a
 new one is the common case.
+
+In keyed mode a binding also holds the public key the routing id's first
+frame was authenticated with (its ZMQ User-Id), so later frames need no
+metadata lookup. That is sound because only the DEALER that made a routing
+id knows it: the tag is secret, and CURVE encrypts the handshake that
+carries it; a reconnection under it (HANDOVER) is the same node, with the
+same key.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-__all__ = ["Senders", "MAX_SENDERS"]
+__all__ = ["Senders", "Sender", "MAX_SENDERS", "hex_id"]
 
 MAX_SENDERS = 4096  # bound keys; a stale one is evicted for a new one
 _RECHECK = 1.0  # seconds a refused routing id stays refused before its key's owner is probed again
@@ -37,26 +44,30 @@ def hex_id(routing_id: bytes) -> str:
     return "0x" + routing_id.hex()
 
 
+#: What a routing id speaks for: the engine key, and the public key (keyed mode) or None.
+Sender = tuple[str, "str | None"]
+
+
 class Senders:
-    """Routing id -> the engine key it speaks for; ``by_id`` is the per-frame lookup."""
+    """Routing id -> (engine key, public key) it speaks for; ``by_id`` is the per-frame lookup."""
 
     def __init__(self, probe: Callable[[bytes], bool], limit: int = MAX_SENDERS) -> None:
         self._probe = probe  # is this routing id connected to our ROUTER now?
         self._limit = limit
-        self.by_id: dict[bytes, str] = {}
+        self.by_id: dict[bytes, Sender] = {}
         self._owner: dict[str, bytes] = {}
         self._refused: dict[bytes, float] = {}
         self.refused = 0  # frames dropped: their key belonged to another connection
 
-    def key(self, routing_id: bytes) -> str | None:
-        """The key ``routing_id`` speaks for (binding it), or None: drop the
+    def bind(self, routing_id: bytes, public_key: str | None = None) -> Sender | None:
+        """What ``routing_id`` speaks for (binding it), or None: drop the
         frame, its key is another connection's. Call when ``by_id`` misses."""
         try:
             text = routing_id.decode()
         except UnicodeDecodeError:
-            return hex_id(routing_id)
+            return hex_id(routing_id), public_key
         if not text.isprintable():
-            return hex_id(routing_id)
+            return hex_id(routing_id), public_key
         key = text.rsplit("|", 1)[0] if text.count("|") == 2 else text
         owner = self._owner.get(key)
         if owner is not None:
@@ -75,9 +86,9 @@ class Senders:
             self.refused += 1
             return None
         self._owner[key] = routing_id
-        self.by_id[routing_id] = key
+        sender = self.by_id[routing_id] = (key, public_key)
         self._refused.pop(routing_id, None)
-        return key
+        return sender
 
     def _evict(self) -> bool:
         """Free the oldest binding whose connection is gone; False if none of the oldest is."""

@@ -319,9 +319,9 @@ class KeyedSubscription:
             transport._loop.call_soon(self.drain)
 
     def drain(self) -> None:
-        self._transport._drain(self._sock, self._parts, self.drain, False)
+        self._transport._drain(self._sock, self._parts, self.drain)
 
-    def _parts(self, parts: list[Any]) -> None:
+    def _parts(self, parts: list[bytes]) -> None:
         transport = self._transport
         if len(parts) != 2 or parts[0] != b"M":
             transport._drop("malformed", "sub: unexpected frames")

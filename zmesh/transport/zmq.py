@@ -43,7 +43,7 @@ from ..security import Security, check_public_key, lan_refusal
 from . import _zmq_sockets as zs
 from ._curve import Subscribers, ZapDomain, curve_server, zap_register, zap_unregister
 from ._reader_thread import ThreadReaders
-from ._senders import Senders, hex_id
+from ._senders import Sender, Senders, hex_id
 from ._zmq_link import KeyedSubscription, ZmqLink, link_tag
 from ._zmq_sockets import map_zmq_errors, open_sockets
 from .base import Transport, TransportCapabilities, TransportHost, endpoint_address, endpoint_host
@@ -410,63 +410,84 @@ class ZmqTransport(Transport):
             return exc.errno != _EHOSTUNREACH
         return True
 
-    def _sender(self, routing_id: bytes) -> str | None:
-        key = self._senders.key(routing_id)
-        if key is None:
+    def _bind(self, routing_id: bytes, public_key: str | None = None) -> Sender | None:
+        sender = self._senders.bind(routing_id, public_key)
+        if sender is None:
             text = routing_id.decode("utf-8", "replace")
             self._drop("identity_taken", text if text.isprintable() else hex_id(routing_id))
-        return key
+        return sender
 
     def _drain_router(self) -> None:
-        self._drain(self._router, self._router_parts, self._drain_router, False)
-
-    def _drain_keyed_router(self) -> None:
-        self._drain(self._router, self._keyed_router_parts, self._drain_keyed_router, True)
+        self._drain(self._router, self._router_parts, self._drain_router)
 
     def _drain_sub(self) -> None:
-        self._drain(self._sub, self._sub_parts, self._drain_sub, False)
+        self._drain(self._sub, self._sub_parts, self._drain_sub)
 
-    def _router_parts(self, parts: list[Any]) -> None:
+    def _router_parts(self, parts: list[bytes]) -> None:
         if len(parts) != 2:
             self._drop("malformed", "router: wrong number of frames")
             return
-        key = self._senders.by_id.get(parts[0]) or self._sender(parts[0])
-        if key is not None:
-            self._host.on_direct_frame(key, parts[1])  # type: ignore[union-attr]
+        sender = self._senders.by_id.get(parts[0]) or self._bind(parts[0])
+        if sender is not None:
+            self._host.on_direct_frame(sender[0], parts[1])  # type: ignore[union-attr]
 
-    def _keyed_router_parts(self, parts: list[Any]) -> None:
-        """As :meth:`_router_parts`; the body is a zmq.Frame with its connection's User-Id."""
-        if len(parts) != 2:
-            self._drop("malformed", "router: wrong number of frames")
+    def _drain_keyed_router(self) -> None:
+        """As :meth:`_drain` for the keyed ROUTER: a routing id's first frame is
+        read as a zmq.Frame for its User-Id (the public key its connection
+        authenticated with), which the binding then keeps (see _senders.py)."""
+        sock, host, trusted = self._router, self._host, self.security.trusted
+        if sock is None or host is None or trusted is None or sock.closed:
             return
+        recv, opt, by_id = sock.recv, sock.getsockopt, self._senders.by_id
         try:
-            public_key = parts[1].get("User-Id")
-        except zmq.ZMQError:  # not through our ZAP handler: cannot happen on a CURVE server
-            self._drop("untrusted_key", "no User-Id")
-            return
-        if public_key not in self.security.trusted.keys:  # type: ignore[union-attr]
-            self._drop("untrusted_key", public_key)  # admitted, then distrusted
-            return
-        key = self._senders.by_id.get(parts[0]) or self._sender(parts[0])
-        if key is not None:
-            self._host.on_direct_frame(key, parts[1].bytes, public_key)  # type: ignore[union-attr]
+            for _ in range(_DRAIN_BUDGET):
+                if not opt(_EVENTS) & _POLLIN:  # type: ignore[operator]
+                    break
+                routing_id: bytes = recv(_NOBLOCK)
+                if not opt(_RCVMORE):
+                    self._drop("malformed", "router: wrong number of frames")
+                    continue
+                sender = by_id.get(routing_id)
+                if sender is None:
+                    frame = recv(_NOBLOCK, copy=False)
+                    body: bytes = frame.bytes
+                    try:
+                        sender = self._bind(routing_id, str(frame.get("User-Id")))
+                    except zmq.ZMQError:  # not through our ZAP handler: cannot happen on a CURVE server
+                        sender = None
+                else:
+                    body = recv(_NOBLOCK)
+                if opt(_RCVMORE):
+                    while opt(_RCVMORE):
+                        recv(_NOBLOCK)
+                    self._drop("malformed", "router: wrong number of frames")
+                elif sender is not None:
+                    if sender[1] in trusted.keys:
+                        host.on_direct_frame(sender[0], body, sender[1])
+                    else:
+                        self._drop("untrusted_key", str(sender[1]))  # admitted, then distrusted
+            else:
+                self._reschedule(self._drain_keyed_router)
+        except zmq.Again:
+            pass
+        except zmq.ZMQError as exc:
+            self._drop("recv_failed", exc.strerror)
+        finally:
+            host.on_drained()
 
-    def _sub_parts(self, parts: list[Any]) -> None:
+    def _sub_parts(self, parts: list[bytes]) -> None:
         if len(parts) != 2 or parts[0] != b"M":
             self._drop("malformed", "sub: unexpected frames")
         else:
             self._host.on_pub_frame(parts[1])  # type: ignore[union-attr]
 
     def _drain(
-        self, sock: zmq.Socket[Any] | None, handle: Callable[[list[Any]], None], again: Callable[[], None],
-        frames: bool,
+        self, sock: zmq.Socket[Any] | None, handle: Callable[[list[bytes]], None], again: Callable[[], None]
     ) -> None:
         """Read until the socket is empty (ZMQ_FD is edge-triggered), in bounded batches.
 
         Asking ZMQ_EVENTS before each read is cheaper than the EAGAIN
-        exception a last read would raise, and it re-arms the edge. With
-        ``frames`` every part after the first is a zmq.Frame (for its
-        metadata), not bytes.
+        exception a last read would raise, and it re-arms the edge.
         """
         host = self._host
         if sock is None or host is None or sock.closed:
@@ -476,9 +497,9 @@ class ZmqTransport(Transport):
             for _ in range(_DRAIN_BUDGET):
                 if not opt(_EVENTS) & _POLLIN:  # type: ignore[operator]
                     break
-                parts: list[Any] = [recv(_NOBLOCK)]
+                parts = [recv(_NOBLOCK)]
                 while opt(_RCVMORE):
-                    parts.append(recv(_NOBLOCK, not frames))
+                    parts.append(recv(_NOBLOCK))
                 handle(parts)
             else:
                 self._reschedule(again)
