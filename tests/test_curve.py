@@ -288,7 +288,7 @@ async def test_the_cli_joins_a_keyed_mesh_with_key_and_trusted(keys: Keys) -> No
         code, _, err = await run_zmesh("request", *base, "echo", "x", "5")
         assert code == 1 and "this node has none" in err, err
         code, _, err = await run_zmesh("request", *base, "--key", str(spy_key), "--wait", "1", "echo", "x", "5")
-        assert code == 1 and "no member" in err, err
+        assert code == 1 and "no member" in err and "trusts this --key" in err, err
 
 
 async def test_the_secure_demo_runs_with_fresh_keys() -> None:

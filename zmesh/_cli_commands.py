@@ -70,6 +70,8 @@ async def _wait_for_a_member(node: Node, events: AsyncIterator[MeshEvent], args:
     if refusals:
         raise CliError("; ".join(_refusal_hint(node_id, why) for node_id, why in sorted(refusals.items())))
     how = "check --seed" if args.seed else "pass --seed, or check --interfaces and --mesh"
+    if node.public_key is not None:
+        how += "; with keys, check that the mesh trusts this --key and that --trusted holds the mesh's keys"
     raise CliError(f"no member of mesh {args.mesh!r} answered within {args.wait} s ({how})")
 
 
