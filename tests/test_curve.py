@@ -299,3 +299,19 @@ async def test_the_secure_demo_runs_with_fresh_keys() -> None:
     assert "#" in seed, seed
     keydir = next(w for w in out.split() if "zmesh-demo-keys-" in w)
     assert not os.path.exists(keydir)  # the keys went with the demo
+
+
+async def test_keyed_nodes_find_each_other_by_mdns_and_ignore_keyless_ones(keys: Keys) -> None:
+    a_key, b_key = keys.make("a"), keys.make("b")
+    mesh = f"mdns-keys-{os.getpid()}"
+    async with zmesh.Node(mesh, key=a_key, trusted=keys.trusted) as a, \
+            zmesh.Node(mesh, key=b_key, trusted=keys.trusted) as b, zmesh.Node(mesh) as keyless:
+        b.agent("echo").add_handler("x", lambda msg: msg.payload)
+        keyless.agent("plain")
+        await a.wait_for_agents("echo", timeout=10)  # no seeds: the TXT record's ck= gave b's key
+        assert (await a.agent("c").request("echo", "x", 4, timeout=5)).payload == 4
+        assert a._driver.discovery is not None
+        await wait_for(lambda: a._driver.discovery.stats["peers_seen"] >= 2, 10, "a to hear both adverts")  # type: ignore[union-attr]
+        assert a.peers == [b.id] and keyless.peers == []
+        assert a.registry.node_of("plain") is None
+        assert "untrusted_peer" not in a.stats()["dropped"]  # the keyless advert was never dialled

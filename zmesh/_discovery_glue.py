@@ -25,7 +25,13 @@ async def start_mdns(node: Node, transport: Transport) -> MdnsDiscovery:
     on the addresses of its ``scope`` (an :class:`zmesh.interfaces.InterfaceScope`).
     """
 
+    keyed = transport.public_key is not None
+
     def on_peer(advert: PeerAdvert) -> None:
+        if bool(advert.public_key) != keyed:
+            log.debug("zmesh %s: ignored %s on mDNS: %s", node.id, advert.node_id,
+                      "it has no key, we have" if keyed else "it has a key, we have none")
+            return
         endpoints = advert.router_endpoints()
         if endpoints:  # already ranked: an address on a network we share comes first
             node.on_discovered(endpoints[0])

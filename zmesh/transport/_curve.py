@@ -34,6 +34,7 @@ from typing import Any
 import zmq
 import zmq.utils.z85
 
+from ..errors import TransportError
 from ..security import KeyPair, TrustedKeys, require_curve
 from . import _zmq_sockets as zs
 
@@ -98,7 +99,7 @@ class _ZapHandler:
             rep.bind(ZAP_ENDPOINT)
             stop.bind(self._stop_address)
         except zmq.ZMQError as exc:
-            self._error = RuntimeError(f"cannot start the ZAP handler: {exc.strerror}")
+            self._error = TransportError(f"cannot start the ZAP handler: {exc.strerror}")
             self._ready.set()
             return
         self._ready.set()

@@ -219,7 +219,7 @@ class ZmqLink:
 
     def send(self, frame: bytes) -> None:
         if self._sock is None:
-            if self.server_key is not None:
+            if not self._transport.may_dial(self.server_key):
                 self._transport._drop("untrusted_peer", self.endpoint)
             return
         if self._backlog:

@@ -6,7 +6,6 @@ and deciding who sent each frame. :class:`Receiving` is a base class of
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any, Callable
 
 import zmq
@@ -172,12 +171,26 @@ class Receiving:
                 self._drop("recv_failed", exc.strerror)
                 return
             data: bytes = frame.bytes
-            if keyed and data[:1] == b"\x01":
-                with contextlib.suppress(zmq.ZMQError):
-                    self._subscribers.seen(int(frame.get(_SRCFD)), str(frame.get("User-Id")))
+            if keyed and data[:1] == b"\x01" and not self._subscriber_trusted(frame):
+                continue
             if data[:2] == b"\x01J":
                 host.on_subscriber_ready(data[2:].decode("utf-8", "replace"))
         self._reschedule(self._drain_xpub)
+
+    def _subscriber_trusted(self, frame: zmq.Frame) -> bool:
+        """Note a subscriber's connection by key; one whose key was distrusted
+        since ZAP admitted it is cut now (a race with :meth:`trust_changed`)."""
+        try:
+            public_key = str(frame.get("User-Id"))
+            self._subscribers.seen(int(frame.get(_SRCFD)), public_key)
+        except zmq.ZMQError:
+            return False
+        trusted = self.security.trusted
+        if trusted is not None and public_key not in trusted.keys:
+            self._subscribers.cut(public_key)
+            self._drop("untrusted_key", public_key)
+            return False
+        return True
 
     def _reschedule(self, drain: Any) -> None:
         if self._loop is not None and not self._closed:
