@@ -2,9 +2,9 @@
 one peer's ROUTER (a link) and, in keyed mode, a SUB attached to one peer's XPUB.
 
 A socket monitor (:class:`Watcher`) reports on each: the connection up,
-down, or refused at the CURVE handshake. libzmq does not reconnect after a
-refused handshake, so a refused socket dials again itself, with backoff: the
-peer may trust our key later (rotation without restarts).
+down, or refused by the peer's ZAP handler. libzmq does not reconnect after
+a refused handshake, so a refused socket dials again itself, with backoff:
+the peer may trust our key later (rotation without restarts).
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ _REDIAL_FIRST, _REDIAL_MAX = 0.5, 10.0  # seconds before dialling again after a 
 
 _DISCONNECTED = int(zmq.EVENT_DISCONNECTED)
 _HANDSHAKE_SUCCEEDED = int(zmq.EVENT_HANDSHAKE_SUCCEEDED)
-_REFUSED = (int(zmq.EVENT_HANDSHAKE_FAILED_AUTH) | int(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
-            | int(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL))
+# The peer's ZAP handler said no. libzmq reconnects after a broken connection,
+# keeping what the socket queued, but not after this: only this is re-dialled.
+_REFUSED = int(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 _EVENTS = _DISCONNECTED | _HANDSHAKE_SUCCEEDED | _REFUSED
 
 
@@ -81,7 +82,7 @@ class Watcher:
         try:
             while pair.getsockopt(zs.EVENTS) & zs.POLLIN:  # type: ignore[operator]
                 event = int.from_bytes(pair.recv_multipart(zs.NOBLOCK)[0][:2], "little")
-                if event & _REFUSED:
+                if event == _REFUSED:
                     self._refused()
                 elif event == _HANDSHAKE_SUCCEEDED:
                     self._delay = _REDIAL_FIRST
@@ -93,11 +94,11 @@ class Watcher:
 
     def _refused(self) -> None:
         transport = self._transport
-        transport._counters["handshakes_failed"] = transport._counters.get("handshakes_failed", 0) + 1
+        transport._counters["refused_by_peers"] = transport._counters.get("refused_by_peers", 0) + 1
         if not self._logged:
             self._logged = True
-            log.warning("zmesh: the handshake with %s failed (our key is not trusted there, or only one "
-                        "side has keys): dialling again, every %g s at most", self._address, _REDIAL_MAX)
+            log.warning("zmesh: %s refused our key (it is not in that node's trusted set): "
+                        "dialling again, every %g s at most", self._address, _REDIAL_MAX)
         if self._redial is None and transport._loop is not None and not transport._closed:
             self._redial = transport._loop.call_later(self._delay, self._dial_again)
             self._delay = min(self._delay * 2, _REDIAL_MAX)
