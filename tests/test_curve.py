@@ -315,3 +315,19 @@ async def test_keyed_nodes_find_each_other_by_mdns_and_ignore_keyless_ones(keys:
         assert a.peers == [b.id] and keyless.peers == []
         assert a.registry.node_of("plain") is None
         assert "untrusted_peer" not in a.stats()["dropped"]  # the keyless advert was never dialled
+
+
+def test_the_blocking_facade_takes_keys_and_changes_trust(keys: Keys) -> None:
+    import zmesh.sync as zs
+
+    a_key, b_key = keys.make("a"), keys.make("b", trusted=False)
+    with zs.Node(f"sync-keys-{os.getpid()}", key=a_key, trusted=keys.trusted, discovery=False) as a, \
+            zs.Node(a.mesh, key=b_key, trusted=[keys.public(a_key)], discovery=False, seeds=[a.endpoint]) as b:
+        assert a.public_key == keys.public(a_key) and a.trusted == {a.public_key}
+        a.agent("echo").add_handler("x", lambda msg: msg.payload)
+        a.trust(keys.public(b_key))
+        b.wait_for_agents("echo", timeout=20)
+        assert b.agent("c").request("echo", "x", 2, timeout=5).payload == 2
+        a.distrust(keys.public(b_key))
+        assert b.id not in a.peers
+        assert a.reload_trusted() == (frozenset(), frozenset())

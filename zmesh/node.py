@@ -270,7 +270,7 @@ class Node:
     @property
     def public_key(self) -> str | None:
         """This node's CurveZMQ public key (Z85), or None without a key."""
-        return self._security.key.public if self._security.key is not None else None
+        return self.transport.public_key
 
     @property
     def trusted(self) -> frozenset[str]:
