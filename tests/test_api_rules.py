@@ -4,6 +4,7 @@ schema the guide documents, and a closed node staying closed."""
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,29 @@ async def test_starting_a_closed_node_raises_node_closed(transport: str) -> None
         await never_started.close()
         with pytest.raises(zmesh.NodeClosed):
             await never_started.start()
+
+
+async def test_joining_is_true_until_every_member_heard_of_has_answered() -> None:
+    async with Mesh("zmq") as m:
+        seed, other = await m.node(), await m.node()
+        await m.converged()
+        alone = await m.node(seeds=[])
+        assert not alone.joining  # nothing to knock on
+        newcomer = await m.node()  # seeded with the first node only
+        assert newcomer.joining  # from start(), before the seed has been knocked on
+        await newcomer.wait_until(lambda: not newcomer.joining, 10, "the join")
+        # The seed's HELLO named the other member: it has answered too.
+        assert {seed.id, other.id} <= set(newcomer.peers)
+        await newcomer.close()
+        assert not newcomer.joining
+
+
+async def test_joining_stays_true_while_a_seed_is_down() -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    async with Mesh("zmq") as m:
+        node = await m.node(seeds=[f"tcp://127.0.0.1:{port}"])
+        with pytest.raises(zmesh.Timeout):
+            await node.wait_until(lambda: not node.joining, 0.5, "a join that cannot happen")
+        assert node.joining

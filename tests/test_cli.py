@@ -6,6 +6,7 @@ Signals are in test_cli_signals.py, the demo in test_cli_demo.py.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import inspect
 import json
 import math
@@ -17,6 +18,7 @@ import pytest
 import zmesh
 from tests.cli_process import CliProcess, run_zmesh
 from tests.helpers import wait_for
+from tests.test_fixed_port import free_port
 from zmesh._cli_json import PayloadError, dumps, parse_payload
 from zmesh.cli import _parser
 
@@ -76,6 +78,27 @@ async def test_a_mesh_name_node_refuses_is_a_usage_error_not_a_traceback() -> No
     code, out, err = await run_zmesh("peers", "--mesh", "a|b", "--seed", "tcp://127.0.0.1:1")
     assert code == 2
     assert err.startswith("zmesh peers: error: mesh name must be") and "Traceback" not in err, err
+
+
+async def test_port_binds_the_commands_node_on_that_port() -> None:
+    mesh = _mesh()
+    port = free_port()
+    async with zmesh.Node(mesh, discovery=False) as node:
+        def sender_endpoint(msg: zmesh.Message) -> str:
+            record = node.registry.record(node.registry.node_of(msg.sender) or "")
+            return record.router if record is not None else ""
+
+        node.agent("b").add_handler("where", sender_endpoint)
+        code, out, err = await run_zmesh(
+            "request", "--mesh", mesh, "--seed", node.endpoint, "--port", str(port), "b", "where")
+        assert code == 0, err
+        assert json.loads(out) == f"tcp://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize("port", ["-1", "65536", "http"])
+async def test_a_port_out_of_range_is_a_usage_error(port: str) -> None:
+    code, out, err = await run_zmesh("peers", "--mesh", "m", "--port", port)
+    assert code == 2 and "--port" in err and "Traceback" not in err, err
 
 
 async def test_version_prints_the_package_version() -> None:
@@ -159,6 +182,25 @@ def test_dumps_is_strict_json_for_what_json_cannot_hold() -> None:
         "f": ["NaN", "Infinity", "-Infinity", 0.5], "1": "int key", "NaN": "nan key", "b": "b'\\x00'",
         "t": [1, 2], "null": True,
     }
+
+
+def test_dumps_writes_datetimes_as_iso_8601() -> None:
+    when = datetime.datetime(2024, 5, 1, 12, 30, 5, 250, tzinfo=datetime.timezone.utc)
+    value = {"at": when, "day": datetime.date(2024, 5, 1), "times": [when]}
+    assert _strict_loads(dumps(value)) == {
+        "at": "2024-05-01T12:30:05.000250+00:00", "day": "2024-05-01", "times": ["2024-05-01T12:30:05.000250+00:00"],
+    }
+
+
+async def test_request_prints_a_timestamp_as_iso_8601() -> None:
+    mesh = _mesh()
+    when = datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.timezone(datetime.timedelta(hours=2)))
+    async with zmesh.Node(mesh, discovery=False) as node:
+        node.agent("b").add_handler("when", lambda msg: {"at": when})
+        code, out, err = await run_zmesh("request", "--mesh", mesh, "--seed", node.endpoint, "b", "when")
+        assert code == 0, err
+        assert _strict_loads(out) == {"at": "2024-05-01T10:30:00+00:00"}  # the same instant, in UTC
+        assert datetime.datetime.fromisoformat(_strict_loads(out)["at"]) == when
 
 
 def test_parse_payload_names_the_position_and_refuses_constants() -> None:

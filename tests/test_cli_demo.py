@@ -13,6 +13,7 @@ import pytest
 
 from tests.cli_process import ROOT, ZMESH, CliProcess, cli_env, run_zmesh
 from tests.helpers import wait_for
+from tests.test_fixed_port import free_port
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(60)]
 
@@ -56,13 +57,24 @@ def _gone(pid: int) -> bool:
 
 
 async def test_demo_keep_leaves_a_mesh_to_use_and_ctrl_c_stops_all_of_it() -> None:
-    async with CliProcess("demo", "--keep") as demo:
+    port = free_port()
+    async with CliProcess("demo", "--keep", "--port", str(port)) as demo:
         await demo.wait_for_output(lambda out: "Ctrl-C here stops the mesh." in out, 40, "the commands to try")
         tries = [shlex.split(line) for line in demo.out if line.startswith("  zmesh ")]
         by_command = {t[1]: t for t in reversed(tries)}  # the first line of each command
-        assert {"peers", "request", "sub"} <= set(by_command), demo.out
+        assert {"peers", "request", "sub", "top"} <= set(by_command), demo.out
         seed = next(line.rsplit(" ", 1)[1] for line in demo.out if line.startswith("Seed endpoint"))
+        assert seed == f"tcp://127.0.0.1:{port}"  # --port: the console node's, so the seed is known ahead
         assert all(seed in t for t in tries)
+
+        code, out, err = await run_zmesh(*by_command["top"][1:], "--once", "--json", "--interval", "0.2")
+        assert code == 0, err
+        view = json.loads(out)
+        assert {n["node_id"] for n in view["nodes"]} == {"console-node", "planner-node", "writer-node",
+                                                           "researcher-2-node"}
+        assert all(n["answered"] for n in view["nodes"]), view["nodes"]
+        handled = {a["agent_id"]: a["handled"] for a in view["agents"]}
+        assert set(handled) == {"console", "planner", "writer", "researcher-2"} and handled["planner"] > 0
 
         code, out, err = await run_zmesh(*by_command["peers"][1:])
         assert code == 0, err

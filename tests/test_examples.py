@@ -23,6 +23,12 @@ EXPECTED = {
         "dead letter: not_found late trace-42",
         "late got are you there? trace trace-42",
     ],
+    "watch_the_mesh.py": [
+        "node-b: incarnation ",
+        "worker: handled 20 (",
+        "inbox 0/16384, dropped 0, dead letters 0",
+        "event: agent_joined helper on node-b",
+    ],
 }
 
 

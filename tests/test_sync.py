@@ -85,3 +85,17 @@ def test_close_stops_the_loop_thread_and_the_pool() -> None:
     assert set(threading.enumerate()) <= before
     with pytest.raises(zmesh.NodeClosed):
         node.agent("late")
+
+
+def test_peer_stats_without_await() -> None:
+    with zs.Node("sync-stats", name="one", transport="inproc") as one, \
+            zs.Node("sync-stats", name="two", transport="inproc") as two:
+        worker = two.agent("worker")
+        worker.add_handler("job", lambda msg: msg.payload)
+        caller = one.agent("caller")
+        one.wait_for_agents("worker")
+        for i in range(3):
+            caller.request("worker", "job", i, timeout=5)
+        stats = one.peer_stats("two")
+        assert stats["node_id"] == "two" and stats["by_agent"]["worker"]["handled"] == 3
+        assert stats["by_agent"] == two.stats()["by_agent"]

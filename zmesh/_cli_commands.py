@@ -18,7 +18,7 @@ from .message import Message
 from .node import Node
 from .registry import MeshEvent
 
-__all__ = ["CliError", "DEFAULT_REQUEST_TIMEOUT", "peers", "send", "sub"]
+__all__ = ["CliError", "DEFAULT_REQUEST_TIMEOUT", "join", "peers", "send", "stdout_gone", "sub"]
 
 #: ``zmesh request --timeout``'s default: the Python API's own (``Agent.request``).
 DEFAULT_REQUEST_TIMEOUT: float = float(inspect.signature(Agent.request).parameters["timeout"].default)
@@ -75,24 +75,11 @@ async def _wait_for_a_member(node: Node, events: AsyncIterator[MeshEvent], args:
     raise CliError(f"no member of mesh {args.mesh!r} answered within {args.wait} s ({how})")
 
 
-def _still_joining(node: Node) -> bool:
-    """Is the node still knocking on, or shaking hands with, members it heard of?
-
-    The first member's HELLO lists the others; until each has answered, the
-    registry (what ``peers`` prints) misses them. Node has no public
-    property for this yet, so this reads its engine's handshake state.
-    """
-    members = node._engine.members
-    return any(k.state == "knocking" for k in members.knocks.values()) or any(
-        not p.joined for p in members.peers.values()
-    )
-
-
 async def join(args: argparse.Namespace) -> Node:
     """A started node that has joined the mesh ``args`` names: every member it heard of, if in time."""
     try:
         node = Node(args.mesh, name=f"cli-{os.getpid()}", seeds=args.seed, interfaces=args.interfaces,
-                    key=args.key, trusted=args.trusted, insecure=args.insecure)
+                    port=args.port, key=args.key, trusted=args.trusted, insecure=args.insecure)
     except ValueError as exc:  # e.g. a mesh name Node refuses
         raise CliError(str(exc), exit_code=2) from None
     events = node.events()  # from before the start, so no refusal is missed
@@ -100,7 +87,8 @@ async def join(args: argparse.Namespace) -> Node:
         await node.start()
         await _wait_for_a_member(node, events, args)
         try:
-            await node.wait_until(lambda: not _still_joining(node), args.wait, "the other members")
+            # The first member's HELLO names the others: wait for them too.
+            await node.wait_until(lambda: not node.joining, args.wait, "the other members")
         except ZmeshError:
             pass  # a member that does not answer: go on with those that did
         await node.settled(args.wait)
@@ -156,7 +144,7 @@ async def send(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stdout_gone() -> None:
+def stdout_gone() -> None:
     """The reader of stdout left (``zmesh sub ... | head``): drop what is still buffered."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
@@ -178,7 +166,7 @@ async def sub(args: argparse.Namespace) -> int:
         try:
             print(dumps({"topic": msg.topic, "sender": msg.sender, "payload": msg.payload}), flush=True)
         except BrokenPipeError:
-            _stdout_gone()
+            stdout_gone()
             done.set()
             return
         printed += 1

@@ -3,13 +3,16 @@
 A payload argument is parsed as strict JSON (no ``NaN``/``Infinity``);
 what does not parse is a usage error, never sent. What the command prints is
 strict JSON too: a float JSON cannot hold prints as the string ``"NaN"``,
-``"Infinity"`` or ``"-Infinity"``, any other value JSON has no type for
-(bytes, a timestamp, ...) as the string of its Python ``repr``, and a
-dictionary key that is not a string as its JSON text (``1`` -> ``"1"``).
+``"Infinity"`` or ``"-Infinity"``, a ``datetime`` (what a timestamp arrives
+as) as its ISO 8601 string (``"2024-05-01T12:00:00+00:00"``), any other
+value JSON has no type for (bytes, ...) as the string of its Python
+``repr``, and a dictionary key that is not a string as its JSON text
+(``1`` -> ``"1"``).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 from typing import Any
@@ -64,6 +67,8 @@ def _jsonable(value: Any) -> Any:
         return {_key(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date
+        return value.isoformat()
     return repr(value)
 
 

@@ -55,6 +55,7 @@ class Delivery:
         inbox = self.inboxes.pop(agent_id, None)
         if inbox is None:
             return
+        self.stats["handled"] += inbox.handled  # the node's total keeps what the agent handled
         for entry in inbox.drain():
             self._taken(agent_id, entry)
             self._undeliverable(entry, "not_found", f"agent {agent_id!r} left", agent_id)
@@ -93,6 +94,7 @@ class Delivery:
 
     def _overflow(self, agent_id: str, inbox: Inbox, entry: Entry) -> None:
         msg = entry.msg
+        inbox.dropped += 1
         if entry.broadcast:
             self._engine.drop("slow_subscriber", agent_id, f"inbox full, dropped {msg.topic!r}")
             if not inbox.slow:
@@ -134,7 +136,7 @@ class Delivery:
             why = f"agent {agent.id!r} has no handler for {msg.topic!r}"
             self._undeliverable(entry, "no_handler", why, agent.id)
             return
-        self.stats["handled"] += 1
+        inbox.handled += 1  # the node's total is the sum (see zmesh._stats)
         inbox.running += 1
         token = trace_var.set(msg.trace_id)  # self._run, inline: once per message
         try:
@@ -185,6 +187,14 @@ class Delivery:
                 self._dispatch.reply(msg, "ok", result)
         elif msg.qos and not entry.broadcast:
             self._dispatch.handled(entry.origin, msg)
+        inbox = self.inboxes.get(agent.id)
+        if inbox is not None and not (inbox.heap or inbox.pumping or inbox.slow):
+            # self._release, inline for its common case (nothing waits): once per message
+            inbox.running -= 1
+            driver = self._driver
+            if not driver.in_drain:
+                driver.handler_ended()
+            return
         self._release(agent.id)
 
     def _handler_failed(self, exc: BaseException, extra: tuple[Agent, Entry]) -> None:

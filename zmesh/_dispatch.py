@@ -238,6 +238,27 @@ class Dispatch:
         self.receipt(kind, outcome, started, msg, type(error).__name__)
         raise error
 
+    async def node_request(self, msg: Message, timeout: float) -> Message:
+        """Send request ``msg`` from this node itself (``msg.sender`` is its node
+        address, see ``Node.peer_stats``) and return the reply Message. No
+        flow-control wait, receipt or dead letter: it is not an agent's.
+        Raises PeerLost when the target node is not a peer, Timeout."""
+        now = self._driver.now()
+        route = self._engine.route(msg.target)
+        key = None if route is None else self._engine.request(msg, now + timeout, now, route)
+        if key is None:
+            raise PeerLost(f"{msg.target!r} is not a peer of node {self._node.id!r}")
+        future: asyncio.Future[Message] = self._driver.loop.create_future()  # type: ignore[union-attr]
+        self._futures[key] = future
+        self._driver.pump()
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self._engine.forget_request(key)
+            raise
+        finally:
+            self._futures.pop(key, None)
+
     def resolved(self, key: Key, reply: Message | None, error: Exception | None) -> None:
         future = self._futures.get(key)
         if future is None or future.done():
@@ -273,7 +294,11 @@ class Dispatch:
     # -- dead letters and receipts ---------------------------------------
 
     def dead(self, msg: Message, reason: str, detail: str = "", target: str = "") -> None:
-        self.dead_letters.add(DeadLetter(reason, msg, target or msg.target, msg.trace_id, self._clock.time(), detail))
+        target = target or msg.target
+        self.dead_letters.add(DeadLetter(reason, msg, target, msg.trace_id, self._clock.time(), detail))
+        inbox = self.delivery.inboxes.get(target)
+        if inbox is not None:  # a local agent's: counted in its stats
+            inbox.dead_letters += 1
 
     def observe(self, callback: Observer) -> Callable[[], None]:
         self._observers.append(callback)

@@ -44,6 +44,8 @@ class Driver:
         self.now: Callable[[], float] = time.monotonic if type(clock) is SystemClock else clock.monotonic
         self.watch = watch
         self.dispatch: Dispatch | None = None  # set by the node once it exists
+        #: Answers a message for the node itself (NODE_MSG): ``(msg, origin)``; set by the node.
+        self.node_message: Callable[[Any, str], None] | None = None
         self.max_frame = engine.max_frame  # the transport sizes its receive limit from it
         liveness = engine.liveness
         #: (interval, timeout) of the transport's own link heartbeats, read by the transport.
@@ -153,6 +155,9 @@ class Driver:
         elif op == fx.DEAD:
             assert self.dispatch is not None
             self.dispatch.dead(effect[1], effect[2], effect[3], effect[4])
+        elif op == fx.NODE_MSG:
+            assert self.node_message is not None
+            self.node_message(effect[1], effect[2])
         elif op == fx.REDISCOVER:
             refresh = getattr(self.discovery, "refresh", None)
             if refresh is not None and self.loop is not None and self.running and not self._refreshing:

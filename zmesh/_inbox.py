@@ -18,7 +18,7 @@ from typing import Any
 __all__ = ["Inbox", "Entry", "DEFAULT_CONCURRENCY", "DEFAULT_INBOX", "DEFAULT_INBOX_BYTES"]
 
 DEFAULT_CONCURRENCY = 16
-DEFAULT_INBOX = 4096
+DEFAULT_INBOX = 16384  # eight senders' credit windows (CREDIT_WINDOW)
 DEFAULT_INBOX_BYTES = 64 << 20
 
 
@@ -36,7 +36,7 @@ class Entry:
 
 class Inbox:
     __slots__ = ("concurrency", "max_count", "max_bytes", "running", "bytes", "broadcasts", "pumping", "slow",
-                 "heap", "_seq")
+                 "heap", "_seq", "handled", "dropped", "dead_letters")
 
     def __init__(self, concurrency: int, max_count: int, max_bytes: int) -> None:
         self.concurrency = concurrency
@@ -50,6 +50,11 @@ class Inbox:
         #: What waits, as a heap of (priority, arrival, entry); others only test it for emptiness.
         self.heap: list[tuple[int, int, Entry]] = []
         self._seq = itertools.count()
+        # The agent's own counters (``Node.stats()["by_agent"]``): handlers
+        # started, messages dropped because the inbox was full, dead letters.
+        self.handled = 0
+        self.dropped = 0
+        self.dead_letters = 0
 
     def __len__(self) -> int:
         return len(self.heap)

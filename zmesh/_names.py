@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from .errors import InvalidMessage
 
-__all__ = ["check_name", "check_agent_id", "printable", "MAX_AGENT_ID", "MAX_NAME"]
+__all__ = ["check_name", "check_agent_id", "printable", "node_address", "MAX_AGENT_ID", "MAX_NAME",
+           "NODE_ADDRESS_PREFIX"]
 
 MAX_NAME = 64  # mesh and node names (characters)
 MAX_AGENT_ID = 256  # characters
 _AGENT_ID_RESERVED = frozenset(".*>")
+#: A message to ``NODE_ADDRESS_PREFIX + node_id`` is for that node itself, not
+#: one of its agents (no agent id has a ``.``): e.g. ``Node.peer_stats``.
+NODE_ADDRESS_PREFIX = "zmesh.node."
 
 
 def _plain(text: str) -> bool:
@@ -47,6 +51,11 @@ def check_agent_id(agent_id: object) -> str:
             "(use '-' or '_' to separate words)"
         )
     return agent_id
+
+
+def node_address(node_id: str) -> str:
+    """The address of node ``node_id`` itself, as a message's target or sender."""
+    return NODE_ADDRESS_PREFIX + node_id
 
 
 def printable(text: str) -> str:

@@ -6,6 +6,7 @@
     zmesh send    --mesh lab TARGET TOPIC [JSON] fire-and-forget
     zmesh request --mesh lab TARGET TOPIC [JSON] request and print the reply
     zmesh sub     --mesh lab PATTERN             print broadcasts as JSON lines
+    zmesh top     --mesh lab [--once] [--json]   a live view: nodes, agents, rates, events
 
 Without ``--seed`` the command finds the mesh by mDNS on the chosen
 interfaces (``--interfaces``, default ``$ZMESH_INTERFACES`` or local-only).
@@ -14,7 +15,8 @@ A mesh with keys needs ``--key`` and ``--trusted`` (or ``$ZMESH_KEY`` and
 
 Payloads are strict JSON (``--raw TEXT`` sends TEXT as a plain string);
 what is printed is strict JSON too (see :mod:`zmesh._cli_json`). Exit codes:
-0 done, 1 the mesh said no (or nobody answered), 2 usage error, 130 Ctrl-C,
+0 done (``top``: ``q`` pressed), 1 the mesh said no (or nobody answered),
+2 usage error (``top``'s live view without ``rich`` installed), 130 Ctrl-C,
 143 SIGTERM; on either signal the node says goodbye to its peers first.
 """
 
@@ -29,6 +31,7 @@ from . import __version__
 from ._cli_commands import DEFAULT_REQUEST_TIMEOUT, CliError, peers, send, sub
 from ._cli_json import PayloadError, parse_payload
 from ._cli_signals import run_command
+from ._top import RICH_MISSING, top
 from .errors import ZmeshError
 
 __all__ = ["main"]
@@ -50,6 +53,18 @@ def _count(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 (any free port) to 65535, got {text}")
+    return value
+
+
+def _port_option(parser: argparse.ArgumentParser, whose: str) -> None:
+    parser.add_argument("--port", type=_port, default=0,
+                        help=f"bind {whose} router endpoint on this port (default 0: any free port)")
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mesh", default=os.environ.get("ZMESH_MESH", "default"),
                         help="mesh name (default: $ZMESH_MESH or 'default')")
@@ -59,6 +74,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="'local' (default), 'lan', or interface names/addresses, comma-separated")
     parser.add_argument("--wait", type=_positive, default=2.0,
                         help="seconds to wait for the mesh to answer (default 2)")
+    _port_option(parser, "this command's node's")
     parser.add_argument("--key", default=None,
                         help="this node's NAME.key_secret (default $ZMESH_KEY): join a mesh with keys")
     parser.add_argument("--trusted", default=None,
@@ -76,6 +92,7 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
     demo = sub_parsers.add_parser("demo", help="run the local three-process demo")
     demo.add_argument("--keep", action="store_true",
                       help="leave the demo mesh running and print commands to try against it (Ctrl-C stops it)")
+    _port_option(demo, "the console node's (the seed --keep prints)")
     demo.add_argument("--secure", action="store_true",
                       help="give every process a fresh key (in a temporary directory), all trusted: CurveZMQ")
     keygen = sub_parsers.add_parser("keygen", help="write a key pair: NAME.key (public) and NAME.key_secret")
@@ -99,6 +116,13 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
     _common(s)
     s.add_argument("pattern")
     s.add_argument("--count", type=_count, default=0, help="print this many messages, then exit (0: no limit)")
+    t = sub_parsers.add_parser("top", help="a live view of the mesh: nodes, agents, rates, inboxes, events")
+    _common(t)
+    t.add_argument("--interval", type=_positive, default=1.0, help="seconds between views (default 1)")
+    t.add_argument("--once", action="store_true",
+                   help="take one view (two samples an --interval apart, for the rates), print it and exit")
+    t.add_argument("--json", action="store_true",
+                   help="print each view as one line of JSON instead of drawing it (needs no 'rich')")
     return parser, frozenset(sub_parsers.choices)
 
 
@@ -116,13 +140,21 @@ def _keygen(name: str, directory: str) -> int:
     return 0
 
 
+def _rich_missing() -> bool:
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        return True
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser, names = _parser()
     args = parser.parse_args(argv)
     if args.command == "demo":
         from .demo import run_demo
 
-        return run_demo(keep=args.keep, commands=names, secure=args.secure)
+        return run_demo(keep=args.keep, commands=names, port=args.port, secure=args.secure)
     if args.command == "keygen":
         return _keygen(args.name, args.dir)
     if args.command in ("send", "request"):
@@ -132,8 +164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"zmesh {args.command}: error: {exc}; to send it as a plain string, use --raw TEXT",
                   file=sys.stderr)
             return USAGE_ERROR
+    if args.command == "top" and not args.json and _rich_missing():
+        print(f"zmesh top: error: {RICH_MISSING}", file=sys.stderr)
+        return USAGE_ERROR
     commands: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
-        "peers": peers, "send": send, "request": send, "sub": sub,
+        "peers": peers, "send": send, "request": send, "sub": sub, "top": top,
     }
     command = commands[args.command]
     try:

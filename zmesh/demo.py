@@ -222,7 +222,7 @@ def _what_next(out: TextIO, node: Node, commands: Iterable[str], keep: bool, key
         print("\nWhat next:\n"
               "  zmesh demo --keep   run it again and leave the mesh up, with commands to try against it\n"
               "  zmesh demo --secure the same with CurveZMQ: a key per process, only those keys admitted\n"
-              "  zmesh --help        peers, send, request, sub: use any running mesh from a shell",
+              "  zmesh --help        peers, send, request, sub, top: use any running mesh from a shell",
               file=out, flush=True)
         return
     print(f"\nThe mesh {node.mesh!r} keeps running: console (this process), planner, writer, researcher-2.\n"
@@ -237,7 +237,7 @@ def _what_next(out: TextIO, node: Node, commands: Iterable[str], keep: bool, key
 _KEYED = ("console", "planner", "researcher", "writer", "researcher-2", "cli")
 
 
-async def _demo(out: TextIO, keep: bool, commands: Iterable[str], keys: Path | None) -> None:
+async def _demo(out: TextIO, keep: bool, commands: Iterable[str], port: int, keys: Path | None) -> None:
     say = _Narrator(out)
     started = time.perf_counter()
     mesh = f"demo-{os.getpid()}"
@@ -248,7 +248,7 @@ async def _demo(out: TextIO, keep: bool, commands: Iterable[str], keys: Path | N
             keygen(name, keys)
         security = {"key": keys / "console.key_secret", "trusted": keys}
     async with Node(mesh, name="console-node", interfaces="local", discovery=False,
-                    liveness=DEMO_LIVENESS, **security) as node:
+                    liveness=DEMO_LIVENESS, port=port, **security) as node:
         say.say("mesh", f"{mesh!r}, local-only (127.0.0.1); console node at {node.endpoint}")
         if keys is not None:
             say.say("keys", f"{len(_KEYED)} fresh key pairs in {keys}: every connection is CurveZMQ, "
@@ -266,12 +266,15 @@ async def _demo(out: TextIO, keep: bool, commands: Iterable[str], keys: Path | N
 
 
 def run_demo(
-    out: TextIO | None = None, *, keep: bool = False, commands: Iterable[str] | None = None, secure: bool = False
+    out: TextIO | None = None, *, keep: bool = False, commands: Iterable[str] | None = None, port: int = 0,
+    secure: bool = False,
 ) -> int:
     """Run the demo; return the process exit code (130/143 when stopped by SIGINT/SIGTERM).
 
     ``commands`` are the ``zmesh`` subcommands a kept mesh suggests trying
-    (default: peers, request, sub). ``secure``: fresh keys for every process.
+    (default: peers, request, sub). ``port`` fixes the console node's port,
+    the seed endpoint a kept mesh prints (0: any free port). ``secure``:
+    fresh keys for every process.
     """
     stream = sys.stdout if out is None else out
     suggest = ("peers", "request", "sub") if commands is None else tuple(commands)
@@ -279,10 +282,10 @@ def run_demo(
     async def main() -> int:
         try:
             if not secure:
-                await _demo(stream, keep, suggest, None)
+                await _demo(stream, keep, suggest, port, None)
                 return 0
             with tempfile.TemporaryDirectory(prefix="zmesh-demo-keys-") as keys:
-                await _demo(stream, keep, suggest, Path(keys))
+                await _demo(stream, keep, suggest, port, Path(keys))
         except (DemoFailed, ZmeshError) as exc:
             print(f"zmesh demo FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1

@@ -25,6 +25,7 @@ from ._driver import Driver
 from ._engine import Engine, EngineConfig
 from ._names import check_agent_id, check_name
 from ._run import track, untrack
+from ._stats import answer, ask, node_stats
 from ._watch import Watch
 from .agent import Agent
 from .clock import Clock, SystemClock
@@ -43,16 +44,6 @@ from .transport.base import Transport
 __all__ = ["Node", "current_trace_id", "trace_context"]
 
 log = logging.getLogger("zmesh")
-
-#: The counters of ``Node.stats()``; each is there, at 0, before it first moves.
-COUNTERS = (
-    "messages_sent", "messages_received", "requests_sent", "broadcasts", "late_replies",
-    "handled", "handler_errors", "frames_sent", "frames_received", "bytes_sent", "bytes_received",
-    "frames_published", "bytes_published", "heartbeats_published", "items_to_departed_peers",
-    "events_overflowed", "credit_waits", "credit_reports", "backpressure_waits", "backpressure_timeouts",
-    "retransmits", "duplicates", "qos_expired", "store_errors",
-)
-
 
 def _check_count(what: str, value: object) -> None:
     if value.__class__ is not int or value < 1:
@@ -165,6 +156,7 @@ class Node:
         self._driver = Driver(self._engine, self.transport, self.clock, self._watch)
         self._dispatch = Dispatch(self, self._engine, self._driver, dead_letter_capacity, workers)
         self._driver.dispatch = self._dispatch
+        self._driver.node_message = lambda msg, origin: answer(self, msg, origin)
         self.dead_letters: DeadLetters = self._dispatch.dead_letters
         self._seed_endpoints = [seeds] if isinstance(seeds, str) else list(seeds)
         for endpoint in self._seed_endpoints:
@@ -172,6 +164,8 @@ class Node:
         self._agents: dict[str, Agent] = {}
         self._started = False
         self._closed = False
+        self._started_at: float | None = None
+        self._seeds_pending = bool(self._seed_endpoints)  # until start() knocks on them
 
     # -- lifecycle -------------------------------------------------------
 
@@ -196,6 +190,7 @@ class Node:
             return
         loop = asyncio.get_running_loop()
         self._started = True
+        self._started_at = self.clock.monotonic()
         try:
             await self.transport.start(self._driver, self.key, self.mesh, loop)
         except ZmeshError:
@@ -218,6 +213,7 @@ class Node:
         self._driver.discovery = await start_mdns(self, self.transport)
 
     def _connect_seeds(self) -> None:
+        self._seeds_pending = False
         if not self._closed:
             for endpoint in self._seed_endpoints:
                 self.connect(endpoint)
@@ -266,6 +262,23 @@ class Node:
     def peers(self) -> list[str]:
         """Ids of the peers that have fully joined."""
         return self._engine.peers
+
+    @property
+    def joining(self) -> bool:
+        """Is this started node still knocking on, or shaking hands with, a
+        member it was given (a seed) or heard of? The first member's HELLO
+        names the others; until each has answered, the registry misses them.
+        A seed that is down keeps this True while it is knocked on."""
+        if not self._started or self._closed:
+            return False
+        members = self._engine.members
+        return self._seeds_pending or any(k.state == "knocking" for k in members.knocks.values()) or any(
+            not p.joined for p in members.peers.values())
+
+    @property
+    def uptime(self) -> float:
+        """Seconds since :meth:`start` on the node's clock (0.0 before)."""
+        return 0.0 if self._started_at is None else self.clock.monotonic() - self._started_at
 
     @property
     def public_key(self) -> str | None:
@@ -398,21 +411,15 @@ class Node:
         return self._watch.events(maxsize)
 
     def stats(self) -> dict[str, Any]:
-        """Counters: traffic, drops by reason, pending requests, peers, dead letters."""
-        engine = self._engine
-        out: dict[str, Any] = dict.fromkeys(COUNTERS, 0)  # every counter, from the start
-        out.update(engine.stats)
-        out.update(self._watch.stats)
-        out.update(self._dispatch.stats)
-        out["dropped"] = dict(engine.dropped)
-        out["dropped_total"] = sum(engine.dropped.values())
-        out["pending_requests"] = len(engine.requests)
-        out["unacked"] = engine.reliable.unacked
-        out["peers"] = len(engine.peers)
-        out["agents"] = len(self._agents)
-        out["dead_letters"] = self.dead_letters.total
-        out["transport"] = self.transport.stats()
-        return out
+        """Counters: traffic, drops by reason, pending requests, peers, dead
+        letters, and each hosted agent's in ``"by_agent"`` (see the guide)."""
+        return node_stats(self)
+
+    async def peer_stats(self, node_id: str, timeout: float = 5.0) -> dict[str, Any]:
+        """Node ``node_id``'s :meth:`stats`, asked over the mesh (this node's own
+        id asks itself the same way). PeerLost if it is not a peer, Timeout
+        if it does not answer in ``timeout`` s; the round trip is an RTT."""
+        return await ask(self, node_id, timeout)
 
     # -- waiting ---------------------------------------------------------
 

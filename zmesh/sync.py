@@ -161,6 +161,10 @@ class Node:
 
         return self._call(get())
 
+    def peer_stats(self, node_id: str, timeout: float = 5.0) -> dict[str, Any]:
+        """Node ``node_id``'s ``stats()``, asked over the mesh (``Node.peer_stats``)."""
+        return self._call(self._node.peer_stats(node_id, timeout))
+
     def settled(self, timeout: float | None = None) -> bool:
         return self._call(self._node.settled(timeout))
 

@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from .. import codec
-from .._names import printable
+from .._names import NODE_ADDRESS_PREFIX, printable
 from ..errors import InvalidMessage, NodeClosed
 from ..message import Message
 from ..registry import NodeRecord, Registry
@@ -266,6 +266,11 @@ class Engine(Outbound):
             return LOCAL
         node_id = self.registry.node_of(target)
         if node_id is None:
+            if target.startswith(NODE_ADDRESS_PREFIX):  # a node itself (zmesh._names.node_address)
+                node_id = target[len(NODE_ADDRESS_PREFIX):]
+                if node_id == self.node_id:
+                    return LOCAL
+                return node_id if node_id in self.members.peers else None
             # A peer whose HELLO arrived but whose SUB is not attached yet can
             # already send us requests; its replies must still find it.
             for peer in self.members.peers.values():
@@ -310,9 +315,11 @@ class Engine(Outbound):
         route = LOCAL if target in self.agents else self.route(target)
         if route is None:
             return None
-        if not self.flow.is_open(route, target):
+        flow = self.flow
+        out = flow.out.get((route, target))
+        if out is not None and not flow.has_room(out) and not flow.is_open(route, target):
             return ""
-        self._send_routed(msg, route, now)
+        self._send_routed(msg, route, now, out)
         return route
 
     def taken(self, origin: str, agent: str) -> None:
@@ -336,11 +343,19 @@ class Engine(Outbound):
         self._send_routed(msg, route, self._now if now is None else now)
         return True
 
-    def _send_routed(self, msg: Message, route: str, now: float) -> None:
+    def _send_routed(self, msg: Message, route: str, now: float, out: Any = None) -> None:
+        """``out``: the flow's record for (route, target) if the caller has it."""
         item = self.encode(msg, route)
         if msg.qos:
             self.reliable.track(msg, item, route, now)
-        self.flow.sent(route, msg.target, len(item))
+        size = len(item)
+        if out is None:
+            self.flow.sent(route, msg.target, size)
+        else:  # Flow.sent, inline: once per message of a send loop
+            out.sent += 1
+            if size > self.flow.big:
+                out.sizes.append((out.sent, size))
+                out.bytes += size
         self.enqueue(route, item)
         self.stats["messages_sent"] += 1
 

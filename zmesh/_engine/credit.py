@@ -20,6 +20,9 @@ Totals are cumulative, so a lost or repeated report heals with the next
 one; they are kept per incarnation and forgotten when the peer leaves.
 The sender's byte count is kept from the sizes it sent, released in send
 order as the reported count grows (handling order may differ: priority).
+Only messages over ``window_bytes / window`` (4 KiB) are counted in bytes:
+the message window already bounds the smaller ones to as many bytes again,
+and a send loop of small messages skips the bookkeeping.
 
 Messages to the node's own agents use the same windows (node key
 :data:`LOCAL`), settled at once without items.
@@ -50,7 +53,7 @@ class _Out:
     def __init__(self) -> None:
         self.sent = 0
         self.taken = 0
-        self.sizes: deque[int] = deque()
+        self.sizes: deque[tuple[int, int]] = deque()  # (its number in ``sent``, size) of each big one
         self.bytes = 0
         self.blocked = False
 
@@ -72,10 +75,17 @@ class Flow:
         self.window = window
         self.window_bytes = window_bytes
         self.half = max(1, window // 2)
+        #: Messages bigger than this count in ``window_bytes`` (see the module's doc).
+        self.big = max(1, window_bytes // window)
         self.out: dict[Key, _Out] = {}
         self.inn: dict[Key, _In] = {}
 
     # -- sending -----------------------------------------------------------
+
+    def has_room(self, out: _Out) -> bool:
+        """Is ``out``'s window open? (:meth:`is_open` without the lookup or the BLOCKED.)"""
+        outstanding = out.sent - out.taken
+        return outstanding < self.window and (out.bytes < self.window_bytes or outstanding == 0)
 
     def is_open(self, node: str, agent: str) -> bool:
         """May one more message go to ``agent`` on ``node``? When not, the
@@ -99,8 +109,9 @@ class Flow:
         if out is None:
             out = self.out[key] = _Out()
         out.sent += 1
-        out.sizes.append(size)
-        out.bytes += size
+        if size > self.big:
+            out.sizes.append((out.sent, size))
+            out.bytes += size
 
     def granted(self, node: str, agent: str, total: int) -> None:
         """The node reports ``total`` of our messages to ``agent`` taken."""
@@ -109,8 +120,8 @@ class Flow:
             return
         total = min(total, out.sent)
         sizes = out.sizes
-        for _ in range(total - out.taken):
-            out.bytes -= sizes.popleft()
+        while sizes and sizes[0][0] <= total:
+            out.bytes -= sizes.popleft()[1]
         out.taken = total
         if out.blocked:
             out.blocked = False

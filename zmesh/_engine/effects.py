@@ -22,6 +22,8 @@ opcode             tuple                                          the driver ...
 ``DEAD``           ``(DEAD, msg, reason, detail, target)``        records a dead letter
 ``CREDIT``         ``(CREDIT, node, agent)``                      wakes senders waiting for credit to
                                                                   ``agent`` on ``node`` (or LOCAL)
+``NODE_MSG``       ``(NODE_MSG, msg, origin)``                    answers a message for this node itself
+                                                                  (its node address, e.g. ``zmesh.stats``)
 =================  =============================================  ==========================================
 """
 
@@ -31,7 +33,8 @@ from typing import Any, Final
 
 __all__ = [
     "Effect", "SEND", "PUBLISH", "OPEN", "CLOSE", "SUBSCRIBE", "UNSUBSCRIBE", "ANNOUNCE",
-    "DELIVER", "REPLIED", "FAILED", "EVENT", "ACKED", "REDISCOVER", "DEAD", "CREDIT", "NAMES",
+    "DELIVER", "REPLIED", "FAILED", "EVENT", "ACKED", "REDISCOVER", "DEAD", "CREDIT", "NODE_MSG",
+    "NAMES",
 ]
 
 Effect = tuple[Any, ...]
@@ -51,8 +54,9 @@ ACKED: Final = 11
 REDISCOVER: Final = 12
 DEAD: Final = 13
 CREDIT: Final = 14
+NODE_MSG: Final = 15
 
 NAMES: Final = (
     "SEND", "PUBLISH", "OPEN", "CLOSE", "SUBSCRIBE", "UNSUBSCRIBE", "ANNOUNCE",
-    "DELIVER", "REPLIED", "FAILED", "EVENT", "ACKED", "REDISCOVER", "DEAD", "CREDIT",
+    "DELIVER", "REPLIED", "FAILED", "EVENT", "ACKED", "REDISCOVER", "DEAD", "CREDIT", "NODE_MSG",
 )

@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import codec
+from .._names import node_address
 from ..errors import FrameError, ZmeshError
 from ..message import Message
 from ..topics import matches
 from .bad_items import bad_item, published_error
 from .config import LOCAL
-from .effects import DEAD, DELIVER
+from .effects import DEAD, DELIVER, NODE_MSG
 
 if TYPE_CHECKING:
     from .core import Engine
@@ -143,7 +144,7 @@ def _undecodable(
 
 
 def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None:
-    if peer is not None and msg.sender not in peer.record.agents:
+    if peer is not None and msg.sender not in peer.record.agents and msg.sender != node_address(peer.node_id):
         raise FrameError("spoofed_sender", msg.sender)
     engine.stats["messages_received"] += 1
     if msg.type == "result" and msg.correlation_id:
@@ -158,6 +159,11 @@ def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None
                 engine.flow.taken(origin, msg.target)  # a repeat: answered, never handled twice
                 return
             engine.effects.append((DELIVER, msg.target, msg, False, origin, size))
+        elif msg.target == node_address(engine.node_id):  # for the node itself: a stats request
+            if msg.qos and not engine.reliable.accept(origin, msg):
+                engine.flow.taken(origin, msg.target)
+                return
+            engine.effects.append((NODE_MSG, msg, origin))
         else:
             why = f"agent {msg.target!r} is not registered on node {engine.node_id!r}"
             engine.flow.taken(origin, msg.target)

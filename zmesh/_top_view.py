@@ -1,0 +1,206 @@
+"""The drawing of ``zmesh top`` (internal), with ``rich`` (``pip install 'zmesh-agents[top]'``).
+
+:func:`render` turns one view (:meth:`zmesh._top.TopCollector.snapshot`)
+into tables: nodes, agents, recent events. :func:`live` redraws it in place
+every interval until ``q`` (read from stdin, a key at a time on a terminal)
+or a signal; on an output that is not a terminal it prints one view after
+another instead, like ``top -b``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterator, TypeVar
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+if sys.platform != "win32":
+    import termios
+    import tty
+
+if TYPE_CHECKING:
+    from ._top import TopCollector
+
+__all__ = ["render", "print_view", "live", "EVENTS_SHOWN"]
+
+#: How many of the latest events the view shows.
+EVENTS_SHOWN = 10
+
+T = TypeVar("T")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _count(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _per_second(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}/s"
+
+
+def _of(value: Any, limit: Any) -> str:
+    return "-" if value is None else f"{value}/{limit}"
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, expand=False,
+                  pad_edge=False)
+    for column in columns:
+        numeric = column.isupper() and column not in ("NODE", "ENDPOINT", "INCARNATION", "AGENT", "CAPABILITIES",
+                                                       "SUBSCRIPTIONS", "STATUS", "TIME", "EVENT", "DETAIL")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=not numeric and column != "DETAIL")
+    return table
+
+
+def _nodes(view: dict[str, Any]) -> Table:
+    table = _table("Nodes", "NODE", "ENDPOINT", "INCARNATION", "UP", "RTT", "PEERS", "AGENTS", "HANDLED", "SENT",
+                   "PENDING", "DROPPED", "DEAD", "STATUS")
+    for n in view["nodes"]:
+        status = Text("ok", style="green") if n["answered"] else Text(n["error"] or "no answer", style="red")
+        rtt = "-" if n["rtt_ms"] is None else f"{n['rtt_ms']:.1f} ms"
+        table.add_row(n["node_id"], n["endpoint"], n["incarnation"], _duration(n["uptime"]), rtt, _count(n["peers"]),
+                      str(n["agents"]), _per_second(n["handled_per_s"]), _per_second(n["sent_per_s"]),
+                      _count(n["pending_requests"]), _count(n["dropped_total"]), _count(n["dead_letters"]), status)
+    return table
+
+
+def _agents(view: dict[str, Any]) -> Table:
+    table = _table("Agents", "AGENT", "NODE", "CAPABILITIES", "SUBSCRIPTIONS", "RATE", "HANDLED", "RUNNING", "INBOX",
+                   "DROPPED", "DEAD")
+    for a in view["agents"]:
+        dropped = _count(a["dropped"])
+        table.add_row(a["agent_id"], a["node_id"], ",".join(a["capabilities"]) or "-",
+                      ",".join(a["subscriptions"]) or "-", _per_second(a["handled_per_s"]), _count(a["handled"]),
+                      _of(a["running"], a["concurrency"]), _of(a["inbox"], a["inbox_size"]),
+                      Text(dropped, style="red") if a["dropped"] else dropped, _count(a["dead_letters"]))
+    return table
+
+
+def _events(view: dict[str, Any]) -> Table:
+    table = _table(f"Events since top joined (latest {EVENTS_SHOWN})", "TIME", "EVENT", "NODE", "AGENT", "DETAIL")
+    for e in view["events"][-EVENTS_SHOWN:]:
+        table.add_row(time.strftime("%H:%M:%S", time.localtime(e["time"])), e["kind"], e["node_id"],
+                      e["agent_id"] or "-", e["detail"] or "")
+    if not view["events"]:
+        table.add_row("", "(none yet)", "", "", "")
+    return table
+
+
+def render(view: dict[str, Any], hint: str = "") -> RenderableType:
+    """One view as a group of tables."""
+    header = Text.assemble(
+        ("zmesh top", "bold"),
+        f"  mesh {view['mesh']!r}: {len(view['nodes'])} nodes, {len(view['agents'])} agents, "
+        f"seen from {view['observer']} at {time.strftime('%H:%M:%S', time.localtime(view['time']))}",
+        (f"  {hint}" if hint else "", "dim"),
+    )
+    return Group(header, _nodes(view), _agents(view), _events(view))
+
+
+def print_view(view: dict[str, Any], console: Console | None = None) -> None:
+    (console or Console()).print(render(view))
+
+
+def _cbreak(fd: int) -> Any:
+    """Put the terminal on ``fd`` in cbreak mode (keys arrive one at a time,
+    Ctrl-C still signals); return its settings to restore, or None."""
+    if sys.platform == "win32" or not os.isatty(fd):
+        return None
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+    return saved
+
+
+@contextmanager
+def _keys(loop: asyncio.AbstractEventLoop, on_quit: Callable[[], None]) -> Iterator[None]:
+    """Call ``on_quit`` when ``q`` arrives on stdin (a terminal, or a pipe)."""
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # no stdin at all
+        yield
+        return
+    saved = _cbreak(fd)
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 64)
+        except OSError:
+            data = b""
+        if not data:  # end of input: only a signal stops us now
+            loop.remove_reader(fd)
+        elif b"q" in data.lower():
+            on_quit()
+
+    try:
+        loop.add_reader(fd, readable)
+        reading = True
+    except (NotImplementedError, OSError, ValueError):  # a loop without add_reader; a regular file
+        reading = False
+    try:
+        yield
+    finally:
+        if reading:
+            loop.remove_reader(fd)
+        if saved is not None and sys.platform != "win32":
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+async def _unless_quit(quit: asyncio.Event, work: Coroutine[Any, Any, T]) -> T | None:
+    """``await work``, or None once ``quit`` is set first."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(quit.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (task, waiter):
+            pending.cancel()
+        await asyncio.gather(task, waiter, return_exceptions=True)
+    return None if task.cancelled() else task.result()
+
+
+async def _quit_within(quit: asyncio.Event, seconds: float) -> bool:
+    try:
+        await asyncio.wait_for(quit.wait(), seconds)
+    except asyncio.TimeoutError:
+        return False
+    return True
+
+
+async def live(collector: TopCollector, interval: float, console: Console | None = None) -> int:
+    """Redraw the view every ``interval`` s until ``q``; returns the exit code (0)."""
+    console = console or Console()
+    quit = asyncio.Event()
+    with _keys(asyncio.get_running_loop(), quit.set):
+        if not console.is_terminal:
+            while (view := await _unless_quit(quit, collector.snapshot())) is not None:
+                console.print(render(view))
+                if await _quit_within(quit, interval):
+                    break
+            return 0
+        hint = "q quits"
+        with Live(console=console, screen=True, auto_refresh=False) as screen:
+            while (view := await _unless_quit(quit, collector.snapshot())) is not None:
+                screen.update(render(view, hint), refresh=True)
+                if await _quit_within(quit, interval):
+                    break
+    return 0
