@@ -94,6 +94,8 @@ def make_node(args: argparse.Namespace) -> zmesh.Node:
     }
     if args.store and node_supports("store"):
         kwargs["store"] = args.store
+    if node_supports("insecure"):
+        kwargs["insecure"] = True  # a lab of network namespaces, without keys: say so explicitly
     return zmesh.Node(args.mesh, **kwargs)
 
 

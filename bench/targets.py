@@ -11,6 +11,10 @@ QoS 1 targets (the ``zmesh-qos1`` row, when it is in the run):
 * one-way throughput >= 2 x MQTT QoS 1 (mosquitto), and >= NATS JetStream;
 * RTT p50 <= 0.5 x MQTT QoS 1's (twice as fast), and <= JetStream's.
 
+Keyed targets (the ``zmesh-curve`` row, CurveZMQ, against the ``zmesh`` row):
+
+* one-way throughput >= 0.85 x keyless; RTT p50 <= 1.15 x keyless.
+
 Verdicts: the ratio shown is the ratio of the medians. The ratio's range
 over the repeats runs from (subject's worst / reference's best) to
 (subject's best / reference's worst), i.e. it covers every pairing of the
@@ -27,12 +31,15 @@ from typing import Any
 
 from .report import SystemResult, ratios, spread
 
-__all__ = ["BROKERS", "QOS1_SUBJECT", "SUBJECT", "evaluate", "format_targets", "format_vs", "judge"]
+__all__ = ["BROKERS", "KEYED_SUBJECT", "QOS1_SUBJECT", "SUBJECT", "evaluate", "format_targets", "format_vs",
+           "judge"]
 
 #: The row the targets are about.
 SUBJECT = "zmesh"
 #: The row the QoS 1 targets are about.
 QOS1_SUBJECT = "zmesh-qos1"
+#: The row the keyed (CurveZMQ) targets are about.
+KEYED_SUBJECT = "zmesh-curve"
 #: Systems that route through a broker process.
 BROKERS = ("nats", "mqtt", "redis", "redis-plain")
 
@@ -149,6 +156,10 @@ def evaluate(results: list[SystemResult], subject: str = SUBJECT) -> list[dict[s
         _target(out, s, q1, js, "throughput", "QoS 1 one-way >= JetStream", 1.0, True)
         _target(out, s, q1, mqtt1, "rtt_p50", "QoS 1 RTT p50 <= 0.5 x MQTT QoS 1", 0.5, False)
         _target(out, s, q1, js, "rtt_p50", "QoS 1 RTT p50 <= JetStream", 1.0, False)
+    if any(r.key == KEYED_SUBJECT for r in results):
+        keyed = _get(results, KEYED_SUBJECT)
+        _target(out, KEYED_SUBJECT, keyed, me, "throughput", "keyed one-way >= 0.85 x keyless", 0.85, True)
+        _target(out, KEYED_SUBJECT, keyed, me, "rtt_p50", "keyed RTT p50 <= 1.15 x keyless", 1.15, False)
     return out
 
 
@@ -161,7 +172,7 @@ _VERDICT = {
 
 
 def format_targets(targets: list[dict[str, Any]], subject_label: str = "zmesh (zmq)") -> str:
-    labels = {SUBJECT: subject_label, QOS1_SUBJECT: "zmesh qos=1"}
+    labels = {SUBJECT: subject_label, QOS1_SUBJECT: "zmesh qos=1", KEYED_SUBJECT: "zmesh keyed"}
     width = max(len(t["target"]) for t in targets)
     lines: list[str] = []
     for subject in dict.fromkeys(t.get("subject", SUBJECT) for t in targets):

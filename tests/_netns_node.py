@@ -146,6 +146,7 @@ async def run(args: argparse.Namespace) -> int:
         interfaces=args.interfaces,
         seeds=args.seed,
         liveness=LIVENESS,
+        insecure=True,  # a lab of network namespaces, without keys: say so explicitly
     )
     started = time.monotonic()
     await node.start()

@@ -42,8 +42,9 @@ def test_demo_columns_line_up(demo: subprocess.CompletedProcess[str]) -> None:
 
 
 def test_demo_ends_saying_what_to_try_next(demo: subprocess.CompletedProcess[str]) -> None:
-    tail = demo.stdout.rstrip().splitlines()[-3:]
+    tail = demo.stdout.rstrip().splitlines()[-4:]
     assert tail[0] == "What next:" and "zmesh demo --keep" in tail[1], demo.stdout
+    assert "zmesh demo --secure" in tail[2], demo.stdout
 
 
 def _pids(lines: list[str]) -> list[int]:

@@ -122,13 +122,13 @@ PUBLIC_NAMES = {
     "AddressInUse", "Agent", "AgentExists", "AgentInfo", "AgentNotRegistered", "Backpressure", "Clock", "DEFERRED",
     "DeadLetter", "DeadLetters", "FakeClock", "Handoff", "HandoffResult", "HandlerError",
     "InvalidMessage", "LivenessConfig", "MeshEvent", "Message", "NoHandler", "Node",
-    "NodeClosed", "NodeRecord", "PeerLost", "Receipt", "Registry", "SystemClock", "Timeout",
-    "Transport", "TransportError", "ZmeshError", "current_trace_id", "new_id", "run", "trace_context",
+    "NodeClosed", "NodeRecord", "PeerLost", "Receipt", "Registry", "SecurityError", "SystemClock", "Timeout",
+    "Transport", "TransportError", "ZmeshError", "current_trace_id", "keygen", "new_id", "run", "trace_context",
 }
 
 ERRORS = [
     "AgentNotRegistered", "AgentExists", "NoHandler", "Timeout", "InvalidMessage",
-    "HandlerError", "PeerLost", "Backpressure", "TransportError", "AddressInUse", "NodeClosed",
+    "HandlerError", "PeerLost", "Backpressure", "TransportError", "AddressInUse", "SecurityError", "NodeClosed",
 ]
 
 

@@ -14,6 +14,8 @@ EXPECTED = {
     "quickstart.py": ["1 + 2 = 3", "broadcast reached 1 agent(s)", "handoff accepted: True"],
     "two_processes.py": ["found by capability: ['answerer']", "HELLO FROM ANOTHER PROCESS"],
     "blocking.py": ["reviewed 'chapter 1' (asked by writer)"],
+    "keys.py": ["alice's endpoint carries her public key: True", "over CurveZMQ: pong 1",
+                "bob still a peer of alice: False"],
     "observe_and_dead_letters.py": [
         "1 / 4 = 0.25",
         "log error: zmesh: handler of agent 'flaky' for topic 'divide' raised ZeroDivisionError",

@@ -268,7 +268,7 @@ def test_a_node_whose_peer_vanished_closes_without_lingering(poller: str) -> Non
             await b.transport.close()  # b's sockets vanish without a BYE
             (link,) = a.transport._links  # type: ignore[attr-defined]
             # Block (not run the loop) until a's I/O thread saw the disconnect.
-            assert link._monitor.poll(2000), "the disconnect never reached a's link monitor"
+            assert link._watcher._pair.poll(2000), "the disconnect never reached a's link monitor"
             started = time.monotonic()
             await a.close()  # sends b a BYE that cannot leave
             return time.monotonic() - started

@@ -43,11 +43,12 @@ Errors::
     ├── Backpressure         the target cannot take more yet; nothing was sent
     ├── TransportError       the transport could not be set up (bind failed, ...)
     │   └── AddressInUse     the port asked for is taken
+    ├── SecurityError        keys missing, unreadable or unusable; LAN without keys
     └── NodeClosed           the node (or agent) was closed
 
 The public surface is what ``zmesh.__all__`` names, plus :mod:`zmesh.sync`
 (the blocking twin), :mod:`zmesh.transport` (the transport interface for
-writing your own) and the command lines ``zmesh`` and ``python -m
+writing your own), :mod:`zmesh.security` (keys and trust, see docs/security.md) and the command lines ``zmesh`` and ``python -m
 zmesh.sim``. Everything else is internal and may change between releases:
 the modules whose names start with ``_`` (``_engine``, the protocol
 engine; ``_dispatch``, ``_delivery``, ``_inbox``, ``_watch``, ``_context``,
@@ -71,6 +72,7 @@ from .errors import (
     NoHandler,
     NodeClosed,
     PeerLost,
+    SecurityError,
     Timeout,
     TransportError,
     ZmeshError,
@@ -82,6 +84,7 @@ from .node import Node, current_trace_id, trace_context
 from .observer import Receipt
 from .registry import AgentInfo, MeshEvent, NodeRecord, Registry
 from ._run import run
+from .security import keygen
 from .transport.base import Transport
 
 __version__ = "0.1.0"
@@ -112,12 +115,14 @@ __all__ = [
     "PeerLost",
     "Receipt",
     "Registry",
+    "SecurityError",
     "SystemClock",
     "Timeout",
     "Transport",
     "TransportError",
     "ZmeshError",
     "current_trace_id",
+    "keygen",
     "new_id",
     "run",
     "trace_context",

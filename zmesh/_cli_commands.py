@@ -73,6 +73,8 @@ async def _wait_for_a_member(node: Node, events: AsyncIterator[MeshEvent], args:
     if refusals:
         raise CliError("; ".join(_refusal_hint(who, why, args.mesh) for who, why in sorted(refusals.items())))
     how = "check --seed" if args.seed else "pass --seed, or check --interfaces and --mesh"
+    if node.public_key is not None:
+        how += "; with keys, check that the mesh trusts this --key and that --trusted holds the mesh's keys"
     raise CliError(f"no member of mesh {args.mesh!r} answered within {args.wait} s ({how})")
 
 
@@ -80,7 +82,7 @@ async def join(args: argparse.Namespace) -> Node:
     """A started node that has joined the mesh ``args`` names: every member it heard of, if in time."""
     try:
         node = Node(args.mesh, name=f"cli-{os.getpid()}", seeds=args.seed, interfaces=args.interfaces,
-                    port=args.port)
+                    port=args.port, key=args.key, trusted=args.trusted, insecure=args.insecure)
     except ValueError as exc:  # e.g. a mesh name Node refuses
         raise CliError(str(exc), exit_code=2) from None
     events = node.events()  # from before the start, so no refusal is missed

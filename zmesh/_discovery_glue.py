@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from .codec import PROTOCOL_VERSION
 from .discovery import MdnsDiscovery, PeerAdvert
+from .transport.base import endpoint_address
 
 if TYPE_CHECKING:
     from .node import Node
@@ -24,7 +25,13 @@ async def start_mdns(node: Node, transport: Transport) -> MdnsDiscovery:
     on the addresses of its ``scope`` (an :class:`zmesh.interfaces.InterfaceScope`).
     """
 
+    keyed = transport.public_key is not None
+
     def on_peer(advert: PeerAdvert) -> None:
+        if bool(advert.public_key) != keyed:
+            log.debug("zmesh %s: ignored %s on mDNS: %s", node.id, advert.node_id,
+                      "it has no key, we have" if keyed else "it has a key, we have none")
+            return
         endpoints = advert.router_endpoints()
         if endpoints:  # already ranked: an address on a network we share comes first
             node.on_discovered(endpoints[0])
@@ -35,10 +42,11 @@ async def start_mdns(node: Node, transport: Transport) -> MdnsDiscovery:
         incarnation=node.incarnation,
         version=PROTOCOL_VERSION,
         scope=getattr(transport, "scope"),
-        router_port=int(transport.router_endpoint.rsplit(":", 1)[1]),
-        pub_port=int(transport.pub_endpoint.rsplit(":", 1)[1]),
+        router_port=int(endpoint_address(transport.router_endpoint).rsplit(":", 1)[1]),
+        pub_port=int(endpoint_address(transport.pub_endpoint).rsplit(":", 1)[1]),
         on_peer=on_peer,
         logger=log,
+        public_key=transport.public_key,
     )
     await discovery.start()
     return discovery

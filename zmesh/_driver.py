@@ -194,19 +194,19 @@ class Driver:
     # once) reaches a waiting sender while the rest of the batch is handled;
     # what handlers send (replies) leaves once, when the batch ends.
 
-    def on_direct_frame(self, key: str, frame: bytes) -> None:
+    def on_direct_frame(self, key: str, frame: bytes, public_key: str | None = None) -> None:
         self.in_drain = True
         engine = self.engine
         engine.hold = True
-        engine.receive_direct(key, frame, self.now())
+        engine.receive_direct(key, frame, self.now(), public_key)
         if engine.effects:
             self.pump()
 
-    def on_pub_frame(self, frame: bytes) -> None:
+    def on_pub_frame(self, frame: bytes, public_key: str | None = None) -> None:
         self.in_drain = True
         engine = self.engine
         engine.hold = True
-        engine.receive_published(frame, self.now())
+        engine.receive_published(frame, self.now(), public_key)
         if engine.effects:
             self.pump()
 

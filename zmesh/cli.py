@@ -1,6 +1,7 @@
 """The ``zmesh`` command: ``demo``, and tools to poke a running mesh.
 
-    zmesh demo [--keep]                          three processes collaborate (local-only)
+    zmesh demo [--keep] [--secure]               three processes collaborate (local-only)
+    zmesh keygen NAME [--dir DIR]                write NAME.key and NAME.key_secret
     zmesh peers   --mesh lab [--seed EP]         the registry as a table
     zmesh send    --mesh lab TARGET TOPIC [JSON] fire-and-forget
     zmesh request --mesh lab TARGET TOPIC [JSON] request and print the reply
@@ -9,6 +10,8 @@
 
 Without ``--seed`` the command finds the mesh by mDNS on the chosen
 interfaces (``--interfaces``, default ``$ZMESH_INTERFACES`` or local-only).
+A mesh with keys needs ``--key`` and ``--trusted`` (or ``$ZMESH_KEY`` and
+``$ZMESH_TRUSTED``); beyond loopback without keys, ``--insecure``.
 
 Payloads are strict JSON (``--raw TEXT`` sends TEXT as a plain string);
 what is printed is strict JSON too (see :mod:`zmesh._cli_json`). Exit codes:
@@ -72,6 +75,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait", type=_positive, default=2.0,
                         help="seconds to wait for the mesh to answer (default 2)")
     _port_option(parser, "this command's node's")
+    parser.add_argument("--key", default=None,
+                        help="this node's NAME.key_secret (default $ZMESH_KEY): join a mesh with keys")
+    parser.add_argument("--trusted", default=None,
+                        help="directory of trusted NAME.key files, or comma-separated public keys "
+                             "(default $ZMESH_TRUSTED)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow listening beyond 127.0.0.1 without keys (a network you trust)")
 
 
 def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
@@ -83,6 +93,11 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
     demo.add_argument("--keep", action="store_true",
                       help="leave the demo mesh running and print commands to try against it (Ctrl-C stops it)")
     _port_option(demo, "the console node's (the seed --keep prints)")
+    demo.add_argument("--secure", action="store_true",
+                      help="give every process a fresh key (in a temporary directory), all trusted: CurveZMQ")
+    keygen = sub_parsers.add_parser("keygen", help="write a key pair: NAME.key (public) and NAME.key_secret")
+    keygen.add_argument("name", help="the key's name, e.g. the node's")
+    keygen.add_argument("--dir", default=".", help="where to write the files (default: the current directory)")
     _common(sub_parsers.add_parser("peers", help="show the mesh registry"))
     for name, help_text in (("send", "send a fire-and-forget message"), ("request", "send a request")):
         p = sub_parsers.add_parser(name, help=help_text)
@@ -111,6 +126,20 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
     return parser, frozenset(sub_parsers.choices)
 
 
+def _keygen(name: str, directory: str) -> int:
+    from .security import keygen, load_key
+
+    try:
+        public, secret = keygen(name, directory)
+    except (ZmeshError, OSError) as exc:
+        print(f"zmesh keygen: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"public key  {load_key(secret).public}\n"
+          f"wrote       {public} (share it: put it in the trusted directory of every node)\n"
+          f"            {secret} (mode 0600: keep it on this node only)")
+    return 0
+
+
 def _rich_missing() -> bool:
     try:
         import rich  # noqa: F401
@@ -125,7 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from .demo import run_demo
 
-        return run_demo(keep=args.keep, commands=names, port=args.port)
+        return run_demo(keep=args.keep, commands=names, port=args.port, secure=args.secure)
+    if args.command == "keygen":
+        return _keygen(args.name, args.dir)
     if args.command in ("send", "request"):
         try:
             args.payload_value = args.raw if args.raw is not None else parse_payload(args.payload)

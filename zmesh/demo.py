@@ -2,7 +2,9 @@
 
 Run it with ``zmesh demo``; ``zmesh demo --keep`` then leaves the mesh
 running and prints the ``zmesh`` command lines to try against it, until
-Ctrl-C. Everything stays on 127.0.0.1. The agent roles are in
+Ctrl-C; ``zmesh demo --secure`` gives every process a fresh key (in a
+temporary directory, deleted at the end), all of them trusted, so every
+connection is CurveZMQ. Everything stays on 127.0.0.1. The agent roles are in
 :mod:`zmesh._demo_roles`: ``python -m zmesh.demo ROLE SEED MESH`` runs one.
 """
 
@@ -14,13 +16,16 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, TextIO
 
 from ._cli_signals import run_command
 from ._demo_roles import DEMO_LIVENESS, run_role
 from .errors import ZmeshError
 from .node import Node
+from .security import KEY_ENV_VAR, TRUSTED_ENV_VAR, keygen
 
 __all__ = ["run_demo", "DemoFailed"]
 
@@ -83,18 +88,22 @@ async def _timed(call: Callable[[], Awaitable[Any]]) -> tuple[Any, float]:
 class _Agents:
     """The demo's agent processes; ``stop()`` ends them all, killing what does not end in time."""
 
-    def __init__(self, mesh: str) -> None:
+    def __init__(self, mesh: str, keys: Path | None = None) -> None:
         self.mesh = mesh
+        self.keys = keys  # --secure: a key per role in this directory, all trusted
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def spawn(self, role: str, seed: str) -> int:
         # A session of their own: Ctrl-C in the terminal reaches the demo only,
         # which stops them in order. Their stdin is the demo's pipe: should the
         # demo die without stopping them, they see it close and stop too.
+        env = {**os.environ, "ZMESH_INTERFACES": "127.0.0.1"}
+        if self.keys is not None:
+            env[KEY_ENV_VAR] = str(self.keys / f"{role}.key_secret")
+            env[TRUSTED_ENV_VAR] = str(self.keys)
         self.procs[role] = subprocess.Popen(
             [sys.executable, "-m", "zmesh.demo", role, seed, self.mesh],
-            stdin=subprocess.PIPE, start_new_session=True,
-            env={**os.environ, "ZMESH_INTERFACES": "127.0.0.1"},
+            stdin=subprocess.PIPE, start_new_session=True, env=env,
         )
         return self.procs[role].pid
 
@@ -192,9 +201,11 @@ async def _story(node: Node, agents: _Agents, say: _Narrator) -> None:
             f"frames, {len(node.dead_letters)} dead letters")
 
 
-def _try_lines(mesh: str, seed: str, commands: Iterable[str]) -> list[str]:
+def _try_lines(mesh: str, seed: str, commands: Iterable[str], keys: Path | None = None) -> list[str]:
     """``zmesh`` command lines to run against the kept mesh, each ready to paste."""
     base = ["--mesh", mesh, "--seed", seed]
+    if keys is not None:
+        base += ["--key", str(keys / "cli.key_secret"), "--trusted", str(keys)]
     tries = [
         ["peers", *base],
         ["request", *base, "planner", "plan.make", '{"q": "gossip protocols"}'],
@@ -206,33 +217,46 @@ def _try_lines(mesh: str, seed: str, commands: Iterable[str]) -> list[str]:
     return [shlex.join(["zmesh", *t]) for t in tries if t[0] in available]
 
 
-def _what_next(out: TextIO, node: Node, commands: Iterable[str], keep: bool) -> None:
+def _what_next(out: TextIO, node: Node, commands: Iterable[str], keep: bool, keys: Path | None) -> None:
     if not keep:
         print("\nWhat next:\n"
               "  zmesh demo --keep   run it again and leave the mesh up, with commands to try against it\n"
+              "  zmesh demo --secure the same with CurveZMQ: a key per process, only those keys admitted\n"
               "  zmesh --help        peers, send, request, sub, top: use any running mesh from a shell",
               file=out, flush=True)
         return
     print(f"\nThe mesh {node.mesh!r} keeps running: console (this process), planner, writer, researcher-2.\n"
           f"Seed endpoint (the console node): {node.endpoint}\n"
           "Try, from another terminal:", file=out)
-    for line in _try_lines(node.mesh, node.endpoint, commands):
+    for line in _try_lines(node.mesh, node.endpoint, commands, keys):
         print(f"  {line}", file=out)
     print("Ctrl-C here stops the mesh.", file=out, flush=True)
 
 
-async def _demo(out: TextIO, keep: bool, commands: Iterable[str], port: int) -> None:
+#: Every process of a ``--secure`` demo, and the ``zmesh`` commands a kept one suggests.
+_KEYED = ("console", "planner", "researcher", "writer", "researcher-2", "cli")
+
+
+async def _demo(out: TextIO, keep: bool, commands: Iterable[str], port: int, keys: Path | None) -> None:
     say = _Narrator(out)
     started = time.perf_counter()
     mesh = f"demo-{os.getpid()}"
-    agents = _Agents(mesh)
+    agents = _Agents(mesh, keys)
+    security: dict[str, Any] = {}
+    if keys is not None:
+        for name in _KEYED:
+            keygen(name, keys)
+        security = {"key": keys / "console.key_secret", "trusted": keys}
     async with Node(mesh, name="console-node", interfaces="local", discovery=False,
-                    liveness=DEMO_LIVENESS, port=port) as node:
+                    liveness=DEMO_LIVENESS, port=port, **security) as node:
         say.say("mesh", f"{mesh!r}, local-only (127.0.0.1); console node at {node.endpoint}")
+        if keys is not None:
+            say.say("keys", f"{len(_KEYED)} fresh key pairs in {keys}: every connection is CurveZMQ, "
+                    "and only these keys may connect")
         try:
             await _story(node, agents, say)
             print(f"zmesh demo finished in {time.perf_counter() - started:.1f} s", file=out, flush=True)
-            _what_next(out, node, commands, keep)
+            _what_next(out, node, commands, keep, keys)
             while keep and not agents.exited():
                 await asyncio.sleep(0.2)  # poll: until Ctrl-C or an agent process ends
             if keep:
@@ -242,20 +266,26 @@ async def _demo(out: TextIO, keep: bool, commands: Iterable[str], port: int) -> 
 
 
 def run_demo(
-    out: TextIO | None = None, *, keep: bool = False, commands: Iterable[str] | None = None, port: int = 0
+    out: TextIO | None = None, *, keep: bool = False, commands: Iterable[str] | None = None, port: int = 0,
+    secure: bool = False,
 ) -> int:
     """Run the demo; return the process exit code (130/143 when stopped by SIGINT/SIGTERM).
 
     ``commands`` are the ``zmesh`` subcommands a kept mesh suggests trying
     (default: peers, request, sub). ``port`` fixes the console node's port,
-    the seed endpoint a kept mesh prints (0: any free port).
+    the seed endpoint a kept mesh prints (0: any free port). ``secure``:
+    fresh keys for every process.
     """
     stream = sys.stdout if out is None else out
     suggest = ("peers", "request", "sub") if commands is None else tuple(commands)
 
     async def main() -> int:
         try:
-            await _demo(stream, keep, suggest, port)
+            if not secure:
+                await _demo(stream, keep, suggest, port, None)
+                return 0
+            with tempfile.TemporaryDirectory(prefix="zmesh-demo-keys-") as keys:
+                await _demo(stream, keep, suggest, port, Path(keys))
         except (DemoFailed, ZmeshError) as exc:
             print(f"zmesh demo FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1

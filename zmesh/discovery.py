@@ -4,7 +4,10 @@ Each node registers one ``_zmesh._tcp.local.`` service and browses the same
 type.  The TXT record carries only what a peer needs to dial us::
 
     mesh=<mesh name> node=<node id> inc=<incarnation> v=<protocol version>
-    rp=<ROUTER port> pp=<PUB port>
+    rp=<ROUTER port> pp=<PUB port> [ck=<CurveZMQ public key, Z85: keyed nodes>]
+
+A keyed node's endpoints carry its public key (``tcp://host:port#KEY``), so a
+peer can dial it as a CURVE client; whether it may is the peer's trusted set.
 
 Addresses come from the service's A records and are filtered/ranked with
 :func:`zmesh.interfaces.rank_reachable`, so a multi-homed peer is dialled on
@@ -31,7 +34,9 @@ from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZerocon
 
 from zmesh._mdns_sockets import confine_to_scope
 from zmesh._names import printable
+from zmesh.errors import SecurityError
 from zmesh.interfaces import InterfaceScope, rank_reachable
+from zmesh.security import check_public_key
 
 __all__ = ["MdnsDiscovery", "PeerAdvert", "instance_label"]
 
@@ -54,14 +59,19 @@ class PeerAdvert:
     addresses: tuple[str, ...]
     router_port: int
     pub_port: int
+    public_key: str = ""  # keyed nodes: their CurveZMQ public key (Z85)
+
+    def _endpoints(self, port: int) -> list[str]:
+        suffix = f"#{self.public_key}" if self.public_key else ""
+        return [f"tcp://{addr}:{port}{suffix}" for addr in self.addresses]
 
     def router_endpoints(self) -> list[str]:
-        """ZeroMQ endpoints of the peer's ROUTER socket, best first."""
-        return [f"tcp://{addr}:{self.router_port}" for addr in self.addresses]
+        """ZeroMQ endpoints of the peer's ROUTER socket, best first (with ``#KEY`` if keyed)."""
+        return self._endpoints(self.router_port)
 
     def pub_endpoints(self) -> list[str]:
-        """ZeroMQ endpoints of the peer's PUB socket, best first."""
-        return [f"tcp://{addr}:{self.pub_port}" for addr in self.addresses]
+        """ZeroMQ endpoints of the peer's PUB socket, best first (with ``#KEY`` if keyed)."""
+        return self._endpoints(self.pub_port)
 
 
 def instance_label(node_id: str, incarnation: str, mesh: str = "") -> str:
@@ -126,6 +136,7 @@ class MdnsDiscovery:
         on_peer: Callable[[PeerAdvert], None],
         on_peer_gone: Callable[[str], None] | None = None,
         logger: logging.Logger | None = None,
+        public_key: str | None = None,
     ) -> None:
         """Validate the advert; nothing touches the network until :meth:`start`."""
         for key, value in (("mesh", mesh), ("node", node_id), ("inc", incarnation)):
@@ -149,6 +160,7 @@ class MdnsDiscovery:
         self.scope = scope
         self.router_port = router_port
         self.pub_port = pub_port
+        self.public_key = check_public_key(public_key) if public_key is not None else None
         self._on_peer = on_peer
         self._on_peer_gone = on_peer_gone
         self._log = logger or _LOG
@@ -176,7 +188,7 @@ class MdnsDiscovery:
 
     def txt(self) -> dict[str, str]:
         """The TXT properties this node advertises."""
-        return {
+        txt = {
             "mesh": self.mesh,
             "node": self.node_id,
             "inc": self.incarnation,
@@ -184,6 +196,9 @@ class MdnsDiscovery:
             "rp": str(self.router_port),
             "pp": str(self.pub_port),
         }
+        if self.public_key is not None:
+            txt["ck"] = self.public_key
+        return txt
 
     @property
     def peers(self) -> dict[str, PeerAdvert]:
@@ -349,6 +364,12 @@ class MdnsDiscovery:
             raise _Malformed("ignored_malformed", "empty node id or incarnation")
         if version != self.version:
             raise _Malformed("ignored_version", f"protocol version {version} (ours {self.version})")
+        public_key = props.get("ck", "")
+        if public_key:
+            try:
+                check_public_key(public_key)
+            except SecurityError:
+                raise _Malformed("ignored_malformed", "bad public key (ck) in TXT") from None
         addresses = tuple(rank_reachable(info.parsed_addresses(IPVersion.V4Only), self.scope))
         if not addresses:
             raise _Malformed(
@@ -363,6 +384,7 @@ class MdnsDiscovery:
             addresses=addresses,
             router_port=router_port,
             pub_port=pub_port,
+            public_key=public_key,
         )
 
     def _ignore(self, name: str, reason: str, detail: str, level: int | None = None) -> None:

@@ -15,6 +15,7 @@ boundary and never reach callers raw::
     ├── Backpressure         the target cannot take more yet; nothing was sent
     ├── TransportError       the transport could not be set up (bind failed, ...)
     │   └── AddressInUse     the port asked for is taken
+    ├── SecurityError        keys missing, unreadable or unusable; LAN without keys
     └── NodeClosed           the node (or agent) was closed
 """
 
@@ -32,6 +33,7 @@ __all__ = [
     "Backpressure",
     "TransportError",
     "AddressInUse",
+    "SecurityError",
     "NodeClosed",
 ]
 
@@ -89,6 +91,12 @@ class TransportError(ZmeshError):
 
 class AddressInUse(TransportError):
     """The port a node was asked to bind (``Node(port=...)``) is taken."""
+
+
+class SecurityError(ZmeshError):
+    """Keys cannot be used (missing, unreadable, malformed, or no CurveZMQ in
+    this libzmq), or a node would listen beyond loopback without keys and
+    without ``insecure=True``. The message says what to do."""
 
 
 class NodeClosed(ZmeshError):

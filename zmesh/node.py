@@ -36,6 +36,7 @@ from .handlers import DEFAULT_WORKERS
 from .liveness import LivenessConfig
 from .observer import Observer
 from .registry import MeshEvent, Registry
+from .security import TrustSpec, resolve_security, trust_store
 from .store import SqliteStore, Store
 from .transport import make_transport
 from .transport.base import Transport
@@ -75,6 +76,12 @@ class Node:
     ``tracing=True`` (or a TracerProvider) makes an OpenTelemetry span for
     every send, request, delegate, handoff, broadcast and handler run; it
     needs the ``otel`` extra (see "Tracing" in the guide).
+    ``key`` (a ``NAME.key_secret`` from ``zmesh keygen``; default
+    ``$ZMESH_KEY``) turns on CurveZMQ: every connection is encrypted and only
+    ``trusted`` public keys (a directory of ``.key`` files, comma-separated
+    Z85 keys, or a list; default ``$ZMESH_TRUSTED``; this node's own key is
+    always trusted) may connect. Without a key a node may only listen on
+    loopback, unless ``insecure=True``. See docs/security.md.
     """
 
     def __init__(
@@ -98,6 +105,9 @@ class Node:
         encoder: Callable[[Any], Any] | None = None,
         decoder: Callable[[dict[Any, Any]], Any] | None = None,
         tracing: Any = False,
+        key: str | os.PathLike[str] | None = None,
+        trusted: TrustSpec | None = None,
+        insecure: bool = False,
     ) -> None:
         check_name("mesh", mesh)
         if name is not None:
@@ -121,7 +131,9 @@ class Node:
         if store is not None and not isinstance(store, Store):
             store = SqliteStore(store)
         self.store: Store | None = store
-        self.transport = make_transport(transport, interfaces, port, pub_port)
+        zmq_named = transport == "zmq"  # ZMESH_KEY/ZMESH_TRUSTED apply to the zmq transport only
+        self._security = resolve_security(key, trusted, insecure, None if zmq_named else {})
+        self.transport = make_transport(transport, interfaces, port, pub_port, self._security)
         caps = self.transport.capabilities
         if caps.level != "frame":
             raise TransportError(
@@ -271,6 +283,39 @@ class Node:
     def uptime(self) -> float:
         """Seconds since :meth:`start` on the node's clock (0.0 before)."""
         return 0.0 if self._started_at is None else self.clock.monotonic() - self._started_at
+
+    @property
+    def public_key(self) -> str | None:
+        """This node's CurveZMQ public key (Z85), or None without a key."""
+        return self.transport.public_key
+
+    @property
+    def trusted(self) -> frozenset[str]:
+        """The public keys this node admits now (empty without a key)."""
+        return self._security.trusted.keys if self._security.trusted is not None else frozenset()
+
+    def trust(self, *keys: str | bytes) -> None:
+        """Admit these public keys (Z85) from now on, without a restart."""
+        self._trust_changed(trust_store(self._security).trust(*keys), frozenset())
+
+    def distrust(self, *keys: str | bytes) -> None:
+        """Stop admitting these keys: new connections are refused, frames on
+        old ones dropped, and the peers that joined with them leave."""
+        self._trust_changed(frozenset(), trust_store(self._security).distrust(*keys))
+
+    def reload_trusted(self) -> tuple[frozenset[str], frozenset[str]]:
+        """Read the ``trusted`` directories and files again (a ``.key`` added
+        or deleted) and apply the change; returns (admitted, revoked)."""
+        admitted, revoked = trust_store(self._security).reload()
+        self._trust_changed(admitted, revoked)
+        return admitted, revoked
+
+    def _trust_changed(self, admitted: frozenset[str], revoked: frozenset[str]) -> None:
+        if not self._closed and (admitted or revoked):
+            self.transport.trust_changed(admitted, revoked)
+            for public_key in revoked if self._started else ():
+                self._engine.revoke(public_key, self.clock.monotonic())
+            self._driver.pump()
 
     def peer_endpoint(self, node_id: str) -> str | None:
         """The router endpoint this node dials for peer ``node_id`` (None: not a peer)."""

@@ -177,6 +177,32 @@ class Node:
 
         self._call(go())
 
+    @property
+    def public_key(self) -> str | None:
+        return self._node.public_key
+
+    @property
+    def trusted(self) -> frozenset[str]:
+        return self._node.trusted
+
+    def trust(self, *keys: str | bytes) -> None:
+        async def go() -> None:
+            self._node.trust(*keys)
+
+        self._call(go())
+
+    def distrust(self, *keys: str | bytes) -> None:
+        async def go() -> None:
+            self._node.distrust(*keys)
+
+        self._call(go())
+
+    def reload_trusted(self) -> tuple[frozenset[str], frozenset[str]]:
+        async def go() -> tuple[frozenset[str], frozenset[str]]:
+            return self._node.reload_trusted()
+
+        return self._call(go())
+
     def _wrap_handler(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         if inspect.iscoroutinefunction(fn):
             return fn

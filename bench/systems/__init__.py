@@ -18,6 +18,7 @@ __all__ = ["BASELINE", "DEFAULT", "REGISTRY", "load_class", "load_module"]
 REGISTRY: dict[str, str] = {
     "zmesh": "bench.systems.zmesh_mesh:ZmeshMesh",
     "zmesh-qos1": "bench.systems.zmesh_mesh:ZmeshQos1",
+    "zmesh-curve": "bench.systems.zmesh_mesh:ZmeshCurve",
     "zmesh-inproc": "bench.systems.zmesh_inproc:ZmeshInproc",
     "zmq": "bench.systems.raw_zmq:RawZmq",
     "zmq-batch32": "bench.systems.raw_zmq:RawZmqBatch",

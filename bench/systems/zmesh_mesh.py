@@ -14,12 +14,19 @@ own header (ids, sender, target, topic, trace id, timestamp...) on top.
 Every node is local-only: ``interfaces="local"``, ``discovery=False`` (no
 mDNS), ``ZMESH_INTERFACES=127.0.0.1`` in the peer environment, and peers
 join through seeds (the sinks' ``node.endpoint``).
+
+``zmesh-curve`` is ``zmesh`` with keys: every node runs with
+``key=``/``trusted=`` (CurveZMQ on every socket, ZAP admitting the trusted
+key). All nodes share one key pair, made by ``zmesh.keygen`` in a temporary
+directory at set-up: CURVE costs the same per connection whatever the key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -30,7 +37,7 @@ from ..harness import HOST
 from ..roles import PACE_EVERY, SinkCounter, make_reply, run_rtt_client_async, run_source_async
 from .base import PeerSystem, module_available
 
-__all__ = ["ZmeshMesh", "ZmeshQos1", "local_env", "node_kwargs", "peer"]
+__all__ = ["ZmeshCurve", "ZmeshMesh", "ZmeshQos1", "local_env", "node_kwargs", "peer"]
 
 #: The zmesh send coroutine never suspends: the event loop gets a turn every
 #: this many messages so flushes, drains and heartbeats run. It is the shared
@@ -47,9 +54,13 @@ def local_env() -> None:
     os.environ["ZMESH_INTERFACES"] = HOST
 
 
-def node_kwargs(seeds: list[str] | None = None) -> dict[str, Any]:
-    """Keyword arguments of every zmesh Node the bench starts: local only, no mDNS."""
-    return {"interfaces": "local", "discovery": False, "seeds": list(seeds or ())}
+def node_kwargs(seeds: list[str] | None = None, keys: str | None = None) -> dict[str, Any]:
+    """Keyword arguments of every zmesh Node the bench starts: local only, no mDNS;
+    with ``keys`` (a directory holding ``bench.key_secret``), CurveZMQ."""
+    kwargs: dict[str, Any] = {"interfaces": "local", "discovery": False, "seeds": list(seeds or ())}
+    if keys:
+        kwargs.update(key=os.path.join(keys, "bench.key_secret"), trusted=keys)
+    return kwargs
 
 
 def zmesh_commit() -> str:
@@ -149,6 +160,43 @@ class ZmeshQos1(ZmeshMesh):
         return {**zmesh_versions(), "wait_acked": "present" if has else "absent (acks not awaited)"}
 
 
+class ZmeshCurve(ZmeshMesh):
+    """zmesh as ``zmesh``, with CurveZMQ keys on every node (see docs/security.md)."""
+
+    key: ClassVar[str] = "zmesh-curve"
+    label: ClassVar[str] = "zmesh keyed"
+    notes: ClassVar[str] = (
+        "zmesh over tcp://127.0.0.1 with key=/trusted= on every node: CurveZMQ on every socket, "
+        "ZAP admitting only the trusted key; one key pair shared by all nodes"
+    )
+    _keys: str | None = None
+
+    def available(self) -> tuple[bool, str]:
+        ok, note = super().available()
+        if ok:
+            import zmq
+
+            if not zmq.has("curve"):
+                return False, "this libzmq has no CURVE"
+        return ok, note
+
+    def setup(self) -> None:
+        super().setup()
+        import zmesh
+
+        self._keys = tempfile.mkdtemp(prefix="zmesh-bench-keys-")
+        zmesh.keygen("bench", self._keys)
+
+    def teardown(self) -> None:
+        if self._keys is not None:
+            shutil.rmtree(self._keys, ignore_errors=True)
+            self._keys = None
+        super().teardown()
+
+    def peer_args(self, workload: str) -> dict[str, Any]:
+        return {**super().peer_args(workload), "keys": self._keys}
+
+
 # ---------------------------------------------------------------- peer half
 
 
@@ -184,7 +232,7 @@ async def _sink(args: dict[str, Any], ctl: Control) -> None:
     def on_msg(msg: zmesh.Message) -> None:
         counter.feed(decode(msg.payload)["type"])
 
-    async with zmesh.Node(args["mesh"], name=f"sink-{index}", **node_kwargs()) as node:
+    async with zmesh.Node(args["mesh"], name=f"sink-{index}", **node_kwargs(keys=args.get("keys"))) as node:
         agent = node.agent(f"sink-{index}")
         if args["workload"] == "fanout":
             await agent.subscribe(FANOUT_TOPIC, on_msg, inline=True)  # cheap: the guide's path
@@ -202,7 +250,7 @@ async def _source(args: dict[str, Any], ctl: Control) -> None:
 
     sinks: list[dict[str, Any]] = args["sinks"]
     seeds = [str(s["endpoint"]) for s in sinks]
-    async with zmesh.Node(args["mesh"], name="source", **node_kwargs(seeds)) as node:
+    async with zmesh.Node(args["mesh"], name="source", **node_kwargs(seeds, args.get("keys"))) as node:
         src = node.agent("src")
         await node.wait_for_agents(*(str(s["agent"]) for s in sinks), timeout=_join_timeout(ctl))
         if args["workload"] == "fanout":
@@ -249,7 +297,7 @@ async def _echo(args: dict[str, Any], ctl: Control) -> None:
         seq += 1
         return make_reply(msg.payload, seq)
 
-    async with zmesh.Node(args["mesh"], name="echo", **node_kwargs()) as node:
+    async with zmesh.Node(args["mesh"], name="echo", **node_kwargs(keys=args.get("keys"))) as node:
         agent = node.agent("echo")
         agent.add_handler(TOPIC, on_request, inline=True)
         ctl.ready({"endpoint": node.endpoint, "agent": agent.id})
@@ -262,7 +310,8 @@ async def _client(args: dict[str, Any], ctl: Control) -> None:
     server: dict[str, Any] = args["server"]
     target = str(server["agent"])
     qos = int(args.get("qos", 0))
-    async with zmesh.Node(args["mesh"], name="client", **node_kwargs([str(server["endpoint"])])) as node:
+    kwargs = node_kwargs([str(server["endpoint"])], args.get("keys"))
+    async with zmesh.Node(args["mesh"], name="client", **kwargs) as node:
         client = node.agent("client")
         await node.wait_for_agents(target, timeout=_join_timeout(ctl))
 

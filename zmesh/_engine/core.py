@@ -83,6 +83,9 @@ class Engine(Outbound):
         self.earliest = math.inf  # never later than the true next deadline; may be earlier
         self._pack = codec.ItemPacker(config.encoder)  # an engine is used from one thread
         self.decoder = config.decoder
+        #: The public key (Z85) the frame being handled was authenticated with
+        #: (keyed mode; None: keyless, or no frame). A peer keeps the one its HELLO came with.
+        self.sender_public_key: str | None = None
 
     # -- plumbing --------------------------------------------------------
 
@@ -457,20 +460,32 @@ class Engine(Outbound):
 
     # -- inbound ---------------------------------------------------------
 
-    def receive_direct(self, key: str, frame: bytes, now: float) -> None:
-        """A frame arrived on our direct inbox from the sender with this key."""
+    def receive_direct(self, key: str, frame: bytes, now: float, public_key: str | None = None) -> None:
+        """A frame arrived on our direct inbox from the sender with this key;
+        ``public_key``: the key its connection authenticated with (keyed mode)."""
         if self.closed:
             return  # until the driver closes its transport: nothing joins a closed node
         self._now = now
         self.stats["bytes_received"] += len(frame)
+        self.sender_public_key = public_key
         inbound.direct(self, key, frame)
 
-    def receive_published(self, frame: bytes, now: float) -> None:
-        """A frame arrived from a publisher we are attached to."""
+    def receive_published(self, frame: bytes, now: float, public_key: str | None = None) -> None:
+        """A frame arrived from a publisher we are attached to (whose key,
+        in keyed mode, is ``public_key``)."""
         if self.closed:
             return
         self._now = now
+        self.sender_public_key = public_key
         inbound.published(self, frame)
+
+    def revoke(self, public_key: str, now: float) -> None:
+        """``public_key`` is no longer trusted: every peer that joined with it leaves."""
+        if self.closed:
+            return
+        self._now = now
+        for peer in [p for p in self.members.peers.values() if p.public_key == public_key]:
+            self.members.remove(peer, "bye", "its key is no longer trusted", now)
 
     @property
     def now(self) -> float:

@@ -211,7 +211,7 @@ class Members:
         else:
             link = e.open_link(router)
         peer = Peer(record.node_id, record.incarnation, key, link, router, pub, record,
-                    "connecting", now, now, now, since=now)
+                    "connecting", now, now, now, since=now, public_key=e.sender_public_key)
         self.peers[record.node_id] = peer
         self._peers_changed += 1
         for endpoint in (router, *record.routers):

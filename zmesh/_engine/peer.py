@@ -32,6 +32,7 @@ class Peer:
     challenged: float = -math.inf  # when we last pinged it because another connection claimed its name
     answered: bool = True  # a frame came over its connection since (publications do not count)
     ponged: float = -math.inf  # when we last answered its PING(true)
+    public_key: str | None = None  # keyed mode: the key its HELLO's connection authenticated with
 
     @property
     def node_key(self) -> str:

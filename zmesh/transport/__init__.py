@@ -6,25 +6,32 @@ transport declares.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .base import Transport, TransportCapabilities
+
+if TYPE_CHECKING:
+    from ..security import Security
 
 __all__ = ["Transport", "TransportCapabilities", "make_transport"]
 
 
 def make_transport(
-    spec: str | Transport, interfaces: str | Sequence[str] | None, port: int = 0, pub_port: int = 0
+    spec: str | Transport, interfaces: str | Sequence[str] | None, port: int = 0, pub_port: int = 0,
+    security: Security | None = None,
 ) -> Transport:
     """A transport from its name (``"zmq"``, ``"inproc"``) or the instance itself.
 
-    ``port`` and ``pub_port`` (0: any free port) are for ``"zmq"`` only.
+    ``port``, ``pub_port`` (0: any free port) and ``security`` with a key
+    (see :mod:`zmesh.security`) are for ``"zmq"`` only.
     """
     for what, value in (("port", port), ("pub_port", pub_port)):
         if value.__class__ is not int or not 0 <= value < 65536:
             raise ValueError(f"{what} must be an int from 0 (any free port) to 65535, got {value!r}")
     if (port or pub_port) and spec != "zmq":
         raise ValueError("port= and pub_port= are for the 'zmq' transport (a Transport instance sets its own)")
+    if security is not None and security.keyed and spec != "zmq":
+        raise ValueError("key= and trusted= are for the 'zmq' transport (a Transport instance sets its own)")
     if isinstance(spec, Transport):
         return spec
     if spec == "inproc":
@@ -34,5 +41,5 @@ def make_transport(
     if spec == "zmq":
         from .zmq import ZmqTransport
 
-        return ZmqTransport(interfaces=interfaces, port=port, pub_port=pub_port)
+        return ZmqTransport(interfaces=interfaces, port=port, pub_port=pub_port, security=security)
     raise ValueError(f"unknown transport {spec!r}: use 'zmq', 'inproc' or a Transport instance")

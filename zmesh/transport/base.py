@@ -21,12 +21,28 @@ from dataclasses import dataclass
 from typing import Protocol
 
 __all__ = ["Link", "TransportHost", "Transport", "TransportCapabilities", "endpoint_host",
-           "is_loopback_endpoint"]
+           "endpoint_address", "endpoint_key", "is_loopback_endpoint"]
+
+
+def endpoint_address(endpoint: str) -> str:
+    """The endpoint without its public key: ``tcp://h:5555#KEY`` -> ``tcp://h:5555``.
+
+    A keyed node's endpoints carry its CurveZMQ public key (40 Z85
+    characters) after ``#``; Z85 may contain ``:`` and ``#``, but a host and
+    port never hold ``#``, so the first one separates them.
+    """
+    return endpoint.partition("#")[0]
+
+
+def endpoint_key(endpoint: str) -> str | None:
+    """The public key an endpoint carries (``tcp://h:5555#KEY`` -> ``KEY``), or None."""
+    _, sep, key = endpoint.partition("#")
+    return key if sep else None
 
 
 def endpoint_host(endpoint: str) -> str:
     """``tcp://10.0.0.2:5555`` -> ``10.0.0.2`` (the part between scheme and port)."""
-    return endpoint.split("://", 1)[-1].rsplit(":", 1)[0]
+    return endpoint.partition("#")[0].split("://", 1)[-1].rsplit(":", 1)[0]
 
 
 def is_loopback_endpoint(endpoint: str) -> bool:
@@ -71,9 +87,16 @@ class Link(Protocol):
 class TransportHost(Protocol):
     """The callbacks a transport makes into its node (always on the node's loop)."""
 
-    def on_direct_frame(self, key: str, frame: bytes) -> None: ...
+    def on_direct_frame(self, key: str, frame: bytes, public_key: str | None = None) -> None:
+        """A frame from the sender whose key is ``key``. In keyed mode
+        ``public_key`` is the public key (Z85) that the connection it came
+        on authenticated with; None in keyless mode."""
+        ...
 
-    def on_pub_frame(self, frame: bytes) -> None: ...
+    def on_pub_frame(self, frame: bytes, public_key: str | None = None) -> None:
+        """A broadcast frame; ``public_key`` as for :meth:`on_direct_frame`
+        (the publisher's key, which our SUB authenticated)."""
+        ...
 
     def on_drained(self) -> None:
         """Must follow every batch of on_direct_frame/on_pub_frame calls: the
@@ -97,6 +120,8 @@ class Transport(ABC):
     name: str = "?"
     router_endpoint: str = ""
     pub_endpoint: str = ""
+    #: This node's public key (Z85) when the transport authenticates with keys; None: keyless.
+    public_key: str | None = None
 
     @abstractmethod
     async def start(
@@ -141,6 +166,11 @@ class Transport(ABC):
         of their hosts gets ``on_subscriber_ready(our key)``. A peer that lost
         us (it expired us while our loop stalled) needs this to count us again.
         """
+
+    def trust_changed(self, admitted: frozenset[str], revoked: frozenset[str]) -> None:  # noqa: B027
+        """Keys were added to (``admitted``) or removed from (``revoked``) the
+        trusted set: open what waited for the former, cut the latter's
+        connections. Only keyed transports have anything to do."""
 
     @abstractmethod
     async def close(self) -> None: ...
