@@ -347,6 +347,38 @@ async def test_concurrent_requests_each_get_their_own_answer(transport: str) -> 
         assert n1.stats()["pending_requests"] == 0
 
 
+async def test_a_request_still_queued_when_its_requester_stops_waiting_is_never_handled(transport: str) -> None:
+    clock = FakeClock()
+    async with Mesh(transport, clock=clock) as m:
+        n1, n2 = await m.node(), await m.node()
+        a, b = n1.agent("a"), n2.agent("b", concurrency=1)
+        started: list[int] = []
+        release = asyncio.Event()
+
+        async def slow(msg: Message) -> str:
+            started.append(msg.payload)
+            await release.wait()
+            return "done"
+
+        b.add_handler("slow.op", slow)
+        await m.converged()
+
+        first = asyncio.ensure_future(a.request("b", "slow.op", 1, timeout=60))
+        await wait_for(lambda: started, what="the first request to hold b's only slot")
+        second = asyncio.ensure_future(a.request("b", "slow.op", 2, timeout=10))
+        await wait_for(lambda: n2.stats()["by_agent"]["b"]["inbox"] == 1, what="the second to wait in b's inbox")
+        clock.advance(10)
+        with pytest.raises(zmesh.Timeout):
+            await second
+        clock.advance(0.001)  # past its ttl (the timeout and the ttl end at the same instant)
+        release.set()  # the slot frees: the second would start now
+        assert (await first).payload == "done"
+        await wait_for(lambda: "expired" in reasons(n2), what="the second to expire at b")
+        assert started == [1]  # nobody waited for the second any more: never handled
+        [expired] = [e for e in n2.dead_letters if e.reason == "expired"]
+        assert (expired.message.payload, expired.message.ttl) == (2, 10)
+
+
 async def test_request_timeout_then_late_reply(transport: str) -> None:
     clock = FakeClock()
     async with Mesh(transport, clock=clock) as m:

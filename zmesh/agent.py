@@ -243,7 +243,12 @@ class Agent:
         Raises Timeout (and dead-letters) when no reply comes in ``timeout``
         seconds, NoHandler, HandlerError (at once, with the remote error),
         AgentNotRegistered, or PeerLost if the target's node goes away.
+        Without a ``ttl`` the request's ttl is ``timeout``: a request still
+        waiting in the target's inbox when its requester stops waiting is
+        never handled (a handler already running is not stopped).
         """
+        if ttl is None and (timeout.__class__ is float or timeout.__class__ is int) and timeout > 0:
+            ttl = timeout  # nobody waits for the answer after that: do not start the work
         msg = self._message(target, topic, payload, type, priority, qos, ttl, trace_id, _OWN_ID)
         return await self._host.request(msg, timeout, "request")
 
