@@ -155,6 +155,20 @@ async def test_a_payload_that_is_not_json_is_a_usage_error_and_never_sent(comman
         assert out == "" and got == [] and node.peers == []  # it never joined, so nothing was sent
 
 
+@pytest.mark.parametrize("command, topic", [("request", "bad topic"), ("send", "news.*"), ("sub", "a.>b")])
+async def test_a_bad_topic_is_a_usage_error(command: str, topic: str) -> None:
+    mesh = _mesh()
+    async with zmesh.Node(mesh, discovery=False) as node:
+        b = node.agent("b")
+        got: list[object] = []
+        b.add_handler("echo", lambda msg: got.append(msg.payload))
+        args = [topic] if command == "sub" else ["b", topic, "1"]
+        code, out, err = await run_zmesh(command, "--mesh", mesh, "--seed", node.endpoint, *args)
+        assert code == 2, (out, err)  # the guide: 2 is a usage error, nothing was sent
+        assert err.count("\n") == 1 and ("topic" in err or "pattern" in err), err
+        assert got == []
+
+
 async def test_raw_sends_the_argument_as_a_plain_string() -> None:
     mesh = _mesh()
     async with zmesh.Node(mesh, discovery=False) as node:

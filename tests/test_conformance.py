@@ -159,6 +159,8 @@ def test_every_error_derives_from_zmesh_error() -> None:
     err = zmesh.HandlerError("KeyError", "'x'", agent="b")
     assert (err.remote_type, err.remote_message, err.agent) == ("KeyError", "'x'", "b")
     assert str(err) == "KeyError in agent 'b': 'x'"
+    # asyncio.wait_for's TimeoutError has no message: no dangling ": "
+    assert str(zmesh.HandlerError("TimeoutError", "", agent="b")) == "TimeoutError in agent 'b'"
 
 
 def _tree(doc: str | None) -> list[str]:

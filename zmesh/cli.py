@@ -32,7 +32,7 @@ from ._cli_commands import DEFAULT_REQUEST_TIMEOUT, CliError, peers, send, sub
 from ._cli_json import PayloadError, parse_payload
 from ._cli_signals import run_command
 from ._top import RICH_MISSING, top
-from .errors import ZmeshError
+from .errors import InvalidMessage, ZmeshError
 
 __all__ = ["main"]
 
@@ -176,6 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"zmesh {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except InvalidMessage as exc:  # a bad topic, pattern or payload: nothing was sent
+        print(f"zmesh {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     except ZmeshError as exc:
         print(f"zmesh {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -73,7 +73,9 @@ class HandlerError(ZmeshError):
         self.remote_message = remote_message
         self.agent = agent
         where = f" in agent {agent!r}" if agent else ""
-        super().__init__(f"{remote_type}{where}: {remote_message}")
+        # An exception raised without a message (a bare TimeoutError from
+        # asyncio.wait_for) reads "TimeoutError in agent 'b'", not "...: ".
+        super().__init__(f"{remote_type}{where}: {remote_message}" if remote_message else f"{remote_type}{where}")
 
 
 class PeerLost(ZmeshError):
