@@ -169,6 +169,18 @@ async def test_a_bad_topic_is_a_usage_error(command: str, topic: str) -> None:
         assert got == []
 
 
+async def test_a_seed_that_never_answers_is_a_warning_not_silence() -> None:
+    mesh = _mesh()
+    async with zmesh.Node(mesh, discovery=False) as node:
+        node.agent("b")
+        dead = f"tcp://127.0.0.1:{free_port()}"  # nobody listens there
+        code, out, err = await run_zmesh("peers", "--mesh", mesh, "--seed", node.endpoint, "--seed", dead,
+                                         "--wait", "1")
+        assert code == 0, err
+        assert node.id in out
+        assert "warning: not every seed or member" in err and "--seed" in err, err
+
+
 async def test_raw_sends_the_argument_as_a_plain_string() -> None:
     mesh = _mesh()
     async with zmesh.Node(mesh, discovery=False) as node:

@@ -93,7 +93,11 @@ async def join(args: argparse.Namespace) -> Node:
             # The first member's HELLO names the others: wait for them too.
             await node.wait_until(lambda: not node.joining, args.wait, "the other members")
         except ZmeshError:
-            pass  # a member that does not answer: go on with those that did
+            # Go on with those that did answer, but say so: a seed given by
+            # mistake, or a member whose loop is blocked, is missing below.
+            print(f"zmesh {args.command}: warning: not every seed or member the mesh named answered within "
+                  f"{args.wait} s (a wrong --seed, or a node that is blocked); only those that did are known",
+                  file=sys.stderr)
         await node.settled(args.wait)
     except BaseException:
         await node.close()
