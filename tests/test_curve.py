@@ -20,6 +20,7 @@ import pytest
 import zmq
 
 import zmesh
+from zmesh import Message
 from zmesh.security import keygen, load_key
 from zmesh.transport.base import endpoint_address
 
@@ -195,7 +196,7 @@ async def test_a_stranger_cannot_send_to_the_router_without_a_trusted_key(
         assert a.stats()["dropped"] == {"unknown_peer": 1}
 
 
-async def test_rotation_admits_a_new_key_and_distrust_cuts_a_peer_off(keys: Keys) -> None:
+async def test_rotation_admits_a_new_key_and_distrust_cuts_a_peer_off(keys: Keys, raw: Raw) -> None:
     a_key, b_key, c_key = keys.make("a"), keys.make("b"), keys.make("c", trusted=False)
     async with Mesh("zmq") as m:
         a, b = await _echo_pair(m, a_key, b_key, keys.trusted)
@@ -213,6 +214,12 @@ async def test_rotation_admits_a_new_key_and_distrust_cuts_a_peer_off(keys: Keys
         await c.agent("lc").subscribe("news.*", lambda msg: heard_c.append(msg.payload))
         await a.wait_until(lambda: len(a.registry.subscribers("news.x")) == 2, 5, "both subscriptions")
 
+        # A connection c's key opened while trusted, that will not heed a BYE:
+        hostile = _dealer(raw, a, keys.pair(c_key))
+        junk = msgpack.packb([1, [4, False]])
+        before = a.stats()["dropped"].get("unknown_peer", 0)
+        hostile.send(junk)
+        await wait_for(lambda: a.stats()["dropped"].get("unknown_peer", 0) > before, 10, "the raw connection")
         refused = a.stats()["transport"]["handshakes_refused"]
         a.distrust(keys.public(c_key))
         assert c.id not in a.peers and a.registry.node_of("c-agent") is None  # the engine dropped it
@@ -223,11 +230,42 @@ async def test_rotation_admits_a_new_key_and_distrust_cuts_a_peer_off(keys: Keys
         assert heard_c == []
         await wait_for(lambda: a.stats()["transport"]["handshakes_refused"] > refused, 10,
                        "c's reconnection to be refused")
+        assert a.id not in c.peers  # told BYE: it stopped sending at once
+        hostile.send(junk)
         await wait_for(lambda: a.stats()["transport"].get("untrusted_key", 0) >= 1, 10,
-                       "c's frames on its old connection to be dropped")
+                       "frames on a connection admitted before distrust() to be dropped")
         assert c.id not in a.peers
         with pytest.raises(zmesh.SecurityError):
             zmesh.Node("m").trust(keys.public(c_key))  # a keyless node trusts no keys
+
+
+async def test_a_node_distrusted_then_trusted_again_is_told_and_rejoins(keys: Keys) -> None:
+    a_key, b_key = keys.make("a"), keys.make("b")
+    async with Mesh("zmq") as m:
+        a = await m.node(key=a_key, trusted=keys.trusted, liveness=FAST)
+        b = await m.node(key=b_key, trusted=keys.trusted, liveness=FAST, seeds=[a.endpoint])
+        release = asyncio.Event()
+
+        async def slow(msg: Message) -> str:
+            await release.wait()
+            return "pong"
+
+        a.agent("ah").add_handler("ping", slow)
+        asker = b.agent("bq")
+        await b.wait_for_agents("ah", timeout=10)
+        pending = asyncio.ensure_future(asker.request("ah", "ping", timeout=30))
+        await wait_for(lambda: a.stats()["by_agent"]["ah"]["running"] == 1, 5, "the request to run at a")
+
+        a.distrust(keys.public(b_key))
+        with pytest.raises(zmesh.PeerLost):  # told at once (BYE), not a 30 s Timeout
+            await asyncio.wait_for(pending, 5)
+        await wait_for(lambda: a.id not in b.peers, 5, "b to drop a")
+        release.set()
+
+        a.trust(keys.public(b_key))  # b was told to go away: a knocks on it again
+        await a.wait_until(lambda: b.id in a.peers and a.id in b.peers, 20, "b to rejoin")
+        await b.wait_for_agents("ah", timeout=10)
+        assert (await asker.request("ah", "ping", timeout=5)).payload == "pong"
 
 
 async def test_reloading_the_trusted_directory_adds_and_removes_keys(keys: Keys) -> None:

@@ -312,9 +312,13 @@ class Node:
 
     def _trust_changed(self, admitted: frozenset[str], revoked: frozenset[str]) -> None:
         if not self._closed and (admitted or revoked):
-            self.transport.trust_changed(admitted, revoked)
+            now = self.clock.monotonic()
             for public_key in revoked if self._started else ():
-                self._engine.revoke(public_key, self.clock.monotonic())
+                self._engine.revoke(public_key, now)  # says BYE while the link is still open
+            self._driver.pump()
+            self.transport.trust_changed(admitted, revoked)
+            for public_key in admitted if self._started else ():
+                self._engine.readmit(public_key, now)
             self._driver.pump()
 
     def peer_endpoint(self, node_id: str) -> str | None:

@@ -28,6 +28,7 @@ from .config import (
     HEADER_ALLOWANCE,
     LOCAL,
     MAX_LOGGED_DROPS,
+    MAX_READY_KEYS,
     EngineConfig,
     first_endpoint,
 )
@@ -86,6 +87,8 @@ class Engine(Outbound):
         #: The public key (Z85) the frame being handled was authenticated with
         #: (keyed mode; None: keyless, or no frame). A peer keeps the one its HELLO came with.
         self.sender_public_key: str | None = None
+        #: Router endpoints of the peers whose keys were revoked, by key (see revoke).
+        self.revoked: dict[str, str] = {}
 
     # -- plumbing --------------------------------------------------------
 
@@ -480,12 +483,29 @@ class Engine(Outbound):
         inbound.published(self, frame)
 
     def revoke(self, public_key: str, now: float) -> None:
-        """``public_key`` is no longer trusted: every peer that joined with it leaves."""
+        """``public_key`` is no longer trusted: every peer that joined with it
+        is told BYE (so it stops sending, and fails what it waits for from us,
+        at once) and leaves. Where it lived is kept, for :meth:`readmit`."""
         if self.closed:
             return
         self._now = now
+        bye = codec.join_frame([codec.encode_control(codec.Bye("distrusted"))])
         for peer in [p for p in self.members.peers.values() if p.public_key == public_key]:
+            self.effects.append((SEND, peer.link, bye))
+            self.revoked[public_key] = peer.router
+            while len(self.revoked) > MAX_READY_KEYS:  # bounded: the oldest is forgotten
+                del self.revoked[next(iter(self.revoked))]
             self.members.remove(peer, "bye", "its key is no longer trusted", now)
+
+    def readmit(self, public_key: str, now: float) -> None:
+        """``public_key`` is trusted again: knock on where its node lived when it
+        was revoked (it was told BYE, so it will not come back by itself)."""
+        if self.closed:
+            return
+        self._now = now
+        router = self.revoked.pop(public_key, None)
+        if router is not None and router not in self.members.knocks:
+            self.members.knock(router, DISCOVERED_PATIENCE, now)
 
     @property
     def now(self) -> float:
