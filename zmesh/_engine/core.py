@@ -33,6 +33,7 @@ from .config import (
 )
 from .effects import CLOSE, DEAD, OPEN, SEND, Effect
 from .credit import Flow
+from .identity import Identities
 from .members import Members
 from .outbound import Outbound
 from .reliable import Reliable
@@ -86,6 +87,7 @@ class Engine(Outbound):
         #: The public key (Z85) the frame being handled was authenticated with
         #: (keyed mode; None: keyless, or no frame). A peer keeps the one its HELLO came with.
         self.sender_public_key: str | None = None
+        self.identity = Identities(config.public_key, config.key_of_name, config.policy or {})
 
     # -- plumbing --------------------------------------------------------
 
@@ -484,6 +486,7 @@ class Engine(Outbound):
         if self.closed:
             return
         self._now = now
+        self.identity.forget_key(public_key)
         for peer in [p for p in self.members.peers.values() if p.public_key == public_key]:
             self.members.remove(peer, "bye", "its key is no longer trusted", now)
 
