@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
 
 import zmesh
 from zmesh._engine import Engine, EngineConfig
 from zmesh._engine import effects as fx
 from zmesh._engine.identity import MAX_BOUND_NAMES, parse_policy
 from zmesh.message import Message
+from zmesh import codec
 from zmesh.security import keygen, load_key
+from zmesh.transport.base import endpoint_address
 
 from .engine_pair import LIVENESS, WALL, Net, Packet, router
 from .helpers import Mesh, wait_for
@@ -148,6 +151,23 @@ def test_a_broadcast_published_by_another_key_is_dropped() -> None:
     assert not [e for e in a.take_effects() if e[0] == fx.DELIVER]
     a.receive_published(frame, net.now, KEY["b"])
     assert [e[1] for e in a.take_effects() if e[0] == fx.DELIVER] == ["a1"]
+
+
+def test_keyed_a_reply_from_another_joined_node_is_dropped() -> None:
+    net = joined_pair()
+    a = net.engines["a"]
+    c = net.add(keyed("c", "c1"))
+    net.keys["c"] = KEY["c"]
+    net.connect("c", "a")
+    net.deliver_all()
+    assert net.joined("a", "c")
+    net.answer = False
+    key = net.request("a", ask("a1", "b1"), deadline=30.0)
+    net.deliver_all()
+    c.reply(Message("result", "c1", "a1", "jobs.run", "forged", key[1], status="ok"))  # from c's own key
+    net.pump("c")
+    net.deliver_all()
+    assert a.dropped["spoofed_reply"] == 1 and key in a.requests.pending
 
 
 # -- agent ids ----------------------------------------------------------------
@@ -307,3 +327,35 @@ async def test_zmq_the_policy_blocks_a_topic(tmp_path: Path) -> None:
             await client.request("boss", "admin.wipe", None, timeout=5)
         assert a.stats()["dropped"].get("policy") == 1
         assert [d.reason for d in a.dead_letters] == ["policy"]
+
+
+async def test_zmq_keyed_a_trusted_key_cannot_take_over_another_nodes_routing_id(tmp_path: Path) -> None:
+    trusted = tmp_path / "trusted"
+    a_key, b_key, x_key = _key(trusted, "a"), _key(trusted, "b"), _key(trusted, "x")
+    ctx: zmq.Context[Any] = zmq.Context()
+    forger = ctx.socket(zmq.DEALER)
+    try:
+        async with Mesh("zmq", liveness=FAST, trusted=trusted) as m:
+            a = await m.node(key=a_key)
+            b = await m.node(key=b_key)
+            a.agent("echo").add_handler("x", lambda msg: msg.payload)
+            await b.wait_for_agents("echo", timeout=10)
+            x = load_key(x_key)
+            forger.setsockopt(zmq.LINGER, 0)
+            forger.curve_serverkey = a.public_key.encode()  # type: ignore[union-attr]
+            forger.curve_publickey, forger.curve_secretkey = x.public.encode(), x.secret.encode()
+            forger.setsockopt(zmq.ROUTING_ID, b.key.encode())  # b's node key: no secret
+            forger.connect(endpoint_address(a.endpoint))
+            forger.send(codec.join_frame([codec.encode_control(codec.Bye("closed"))]))
+
+            def refused() -> int:
+                stats = a.stats()
+                return int(stats["transport"].get("identity_taken", 0) + stats["dropped"].get("unknown_peer", 0)
+                           + stats["dropped"].get("wrong_key", 0))
+
+            await wait_for(lambda: refused() >= 1 or b.id not in a.peers, 10, "the forged BYE")
+            assert b.id in a.peers
+            assert (await b.agent("c").request("echo", "x", 3, timeout=5)).payload == 3
+    finally:
+        forger.close(0)
+        ctx.term()
