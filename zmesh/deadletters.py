@@ -27,6 +27,7 @@ REASONS = (
     "expired",  # the ttl ran out before delivery
     "peer_lost",  # the target's node left before replying
     "busy",  # the target's inbox was full
+    "policy",  # keyed mode: Node(policy=...) does not let the sender's key use its topic
     "unacked",  # a QoS 1/2 message was not acknowledged when its node closed (no store)
 )
 

@@ -17,11 +17,12 @@ import os
 import socket
 import time
 from types import TracebackType
-from typing import Any, AsyncIterator, Callable, Iterable, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 from ._context import current_trace_id, trace_context
 from ._driver import Driver
 from ._engine import Engine, EngineConfig
+from ._engine.identity import parse_policy
 from ._names import check_agent_id, check_name
 from ._run import track, untrack
 from ._stats import answer, ask, node_stats
@@ -44,6 +45,10 @@ from .transport.base import Transport
 __all__ = ["Node", "current_trace_id", "trace_context"]
 
 log = logging.getLogger("zmesh")
+
+def _no_names(node_id: str) -> str | None:
+    return None
+
 
 def _check_count(what: str, value: object) -> None:
     if value.__class__ is not int or value < 1:
@@ -81,7 +86,12 @@ class Node:
     ``trusted`` public keys (a directory of ``.key`` files, comma-separated
     Z85 keys, or a list; default ``$ZMESH_TRUSTED``; this node's own key is
     always trusted) may connect. Without a key a node may only listen on
-    loopback, unless ``insecure=True``. See docs/security.md.
+    loopback, unless ``insecure=True``. In keyed mode a node name and an
+    agent id belong to the key that first used them (or, for a name, to its
+    ``NAME.key`` in ``trusted``); ``policy`` (keyed only) limits the agent ids
+    and topics each key may use: ``{"worker": {"agents": ["worker-*"],
+    "topics": ["jobs.>"]}}``, by public key, node name or ``"*"``. See
+    docs/security.md, *Identities*.
     """
 
     def __init__(
@@ -108,6 +118,7 @@ class Node:
         key: str | os.PathLike[str] | None = None,
         trusted: TrustSpec | None = None,
         insecure: bool = False,
+        policy: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         check_name("mesh", mesh)
         if name is not None:
@@ -133,6 +144,9 @@ class Node:
         self.store: Store | None = store
         zmq_named = transport == "zmq"  # ZMESH_KEY/ZMESH_TRUSTED apply to the zmq transport only
         self._security = resolve_security(key, trusted, insecure, None if zmq_named else {})
+        rules = parse_policy(policy)
+        if rules and not self._security.keyed:
+            raise ValueError("policy needs keys (key=..., trusted=...): without them nobody's key is known")
         self.transport = make_transport(transport, interfaces, port, pub_port, self._security)
         caps = self.transport.capabilities
         if caps.level != "frame":
@@ -152,6 +166,10 @@ class Node:
                 store=store,
                 encoder=encoder,
                 decoder=decoder,
+                public_key=self._security.key.public if self._security.key is not None else None,
+                key_of_name=self._security.trusted.key_of_name if self._security.trusted is not None
+                else _no_names,
+                policy=rules,
             )
         )
         self.max_frame = self._engine.max_frame

@@ -164,23 +164,33 @@ def load_key(path: str | os.PathLike[str]) -> KeyPair:
     return pair
 
 
-def _read_source(entry: str | os.PathLike[str] | bytes) -> set[str]:
-    """The keys one ``trusted`` entry names: a directory of ``*.key``, one ``.key`` file, or a key."""
+def _read_file(path: str, names: dict[str, str]) -> str:
+    """The public key in one ``NAME.key`` file; ``names[NAME]`` becomes it (the first file naming NAME wins)."""
+    try:
+        public, _ = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise SecurityError(f"cannot read the trusted key {path!r}: {exc}") from None
+    key = check_public_key(public, f"public key in {path!r}")
+    name = os.path.basename(path)
+    if name.endswith(".key"):
+        names.setdefault(name[:-4], key)
+    return key
+
+
+def _read_source(entry: str | os.PathLike[str] | bytes, names: dict[str, str]) -> set[str]:
+    """The keys one ``trusted`` entry names: a directory of ``*.key``, one ``.key`` file, or a key.
+    Each ``NAME.key`` file also binds node name NAME to its key (into ``names``)."""
     if isinstance(entry, bytes):
         return {check_public_key(entry, "trusted key")}
     text = os.fspath(entry)
     if os.path.isdir(text):
         try:
-            found = zmq.auth.load_certificates(text)
-        except (OSError, ValueError) as exc:
+            files = sorted(f for f in os.listdir(text) if f.endswith(".key"))
+        except OSError as exc:
             raise SecurityError(f"cannot read the trusted keys in {text!r}: {exc}") from None
-        return {check_public_key(k, f"public key in {text!r}") for k in found}
+        return {_read_file(os.path.join(text, f), names) for f in files}
     if os.path.isfile(text):
-        try:
-            public, _ = zmq.auth.load_certificate(text)
-        except (OSError, ValueError) as exc:
-            raise SecurityError(f"cannot read the trusted key {text!r}: {exc}") from None
-        return {check_public_key(public, f"public key in {text!r}")}
+        return {_read_file(text, names)}
     if isinstance(entry, str) and "," in text:
         return {check_public_key(k, "trusted key") for k in text.split(",") if k.strip()}
     if isinstance(entry, str) and len(text.strip()) == _Z85_LENGTH:
@@ -216,10 +226,19 @@ class TrustedKeys:
         self._added: set[str] = set()
         self._removed: set[str] = set()
         self._from_sources: set[str] = set()
+        #: Node name -> the key its ``NAME.key`` file holds (replaced whole on :meth:`reload`):
+        #: in keyed mode only that key may join with that name (docs/security.md, *Identities*).
+        self.names: Mapping[str, str] = {}
+        names: dict[str, str] = {}
         for entry in self._sources:
-            self._from_sources |= _read_source(entry)
+            self._from_sources |= _read_source(entry, names)
+        self.names = names
         self.keys: frozenset[str] = frozenset()
         self._update()
+
+    def key_of_name(self, node_id: str) -> str | None:
+        """The key the trusted ``NAME.key`` files bind node name ``node_id`` to, if any."""
+        return self.names.get(node_id)
 
     def _update(self) -> None:
         found = self._from_sources | self._added
@@ -255,11 +274,13 @@ class TrustedKeys:
         """Read the sources again (a key file added to or deleted from the
         directory); returns (keys now trusted, keys no longer trusted)."""
         fresh: set[str] = set()
+        names: dict[str, str] = {}
         for entry in self._sources:
-            fresh |= _read_source(entry)
+            fresh |= _read_source(entry, names)
         with self._lock:
             before = self.keys
             self._from_sources = fresh
+            self.names = names
             self._update()
             return self.keys - before, before - self.keys
 

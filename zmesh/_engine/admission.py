@@ -71,12 +71,12 @@ def claim(members: Members, peer: Peer, key: str, hello: Hello, now: float) -> N
             log.info("zmesh %s: node %s did not answer; a new connection takes its name",
                      e.node_id, printable(peer.node_id))
             return
-        members.claims[peer.node_id] = (key, hello)
+        members.claims[peer.node_id] = (key, hello, e.sender_public_key)
         raise FrameError("claimed_node", f"node {peer.node_id!r} is being asked whether it lives")
     if now - peer.challenged >= liveness.heartbeat:  # one ping per heartbeat, however many claims
         peer.challenged, peer.answered = now, False
         e.enqueue(peer.node_id, encode_control(Ping(True)))
-        members.claims[peer.node_id] = (key, hello)
+        members.claims[peer.node_id] = (key, hello, e.sender_public_key)
     raise FrameError("claimed_node", f"node {peer.node_id!r} answers on its own connection")
 
 
@@ -85,12 +85,13 @@ def tick_claims(members: Members, now: float) -> None:
     e = members.e
     assert e.liveness is not None  # claims are kept only with liveness
     window = claim_window(e.liveness)
-    for node_id, (key, hello) in list(members.claims.items()):
+    for node_id, (key, hello, public_key) in list(members.claims.items()):
         peer = members.peers.get(node_id)
         if peer is not None and peer.answered:
             del members.claims[node_id]  # it lives: the claim was not its own
         elif peer is None or now - peer.challenged >= window:
             del members.claims[node_id]
+            e.sender_public_key = public_key  # the key the claim's HELLO came with, not the last frame's
             try:
                 members.on_hello(key, hello, now)
             except FrameError as exc:

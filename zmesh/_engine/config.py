@@ -69,3 +69,9 @@ class EngineConfig:
     #: Payload hooks (``Node(encoder=..., decoder=...)``, see zmesh/_packer.py).
     encoder: codec.Encoder | None = None
     decoder: codec.Decoder | None = None
+    #: Keyed mode: this node's public key (Z85), the key a node name is bound
+    #: to by the trusted directory (``NAME.key``), and the parsed
+    #: ``Node(policy=...)`` (see :mod:`.identity`).
+    public_key: str | None = None
+    key_of_name: Callable[[str], str | None] = lambda name: None
+    policy: Any = None

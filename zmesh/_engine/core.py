@@ -34,6 +34,7 @@ from .config import (
 )
 from .effects import CLOSE, DEAD, OPEN, SEND, Effect
 from .credit import Flow
+from .identity import Identities
 from .members import Members
 from .outbound import Outbound
 from .reliable import Reliable
@@ -89,6 +90,7 @@ class Engine(Outbound):
         self.sender_public_key: str | None = None
         #: Router endpoints of the peers whose keys were revoked, by key (see revoke).
         self.revoked: dict[str, str] = {}
+        self.identity = Identities(config.public_key, config.key_of_name, config.policy or {})
 
     # -- plumbing --------------------------------------------------------
 
@@ -489,6 +491,7 @@ class Engine(Outbound):
         if self.closed:
             return
         self._now = now
+        self.identity.forget_key(public_key)
         bye = codec.join_frame([codec.encode_control(codec.Bye("distrusted"))])
         for peer in [p for p in self.members.peers.values() if p.public_key == public_key]:
             self.effects.append((SEND, peer.link, bye))

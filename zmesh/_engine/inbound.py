@@ -36,6 +36,9 @@ def direct(engine: Engine, key: str | None, frame: bytes) -> None:
     if peer is None and key is not None:
         _stranger(engine, key, frame)
         return
+    if peer is not None and peer.public_key != engine.sender_public_key:  # keyless: None == None
+        engine.drop("wrong_key", where, "a frame over a peer's connection from another key")
+        return
     try:
         items = codec.decode_frame(frame, engine.max_frame)
     except FrameError as exc:
@@ -115,6 +118,10 @@ def published(engine: Engine, frame: bytes) -> None:
     if peer is None:
         engine.drop("unknown_publisher", node_id)
         return
+    if peer.public_key != engine.sender_public_key:  # keyed mode: a broadcast in another node's name
+        engine.drop("wrong_key", node_id, "published by another key")
+        return
+    rule = peer.rule
     engine.members.heard(peer, engine.now)
     engine.stats["frames_received"] += 1
     size = len(frame) // len(items) if items else 0
@@ -127,6 +134,8 @@ def published(engine: Engine, frame: bytes) -> None:
                 raise FrameError("malformed", "published message with a target")
             if msg.sender not in peer.record.agents and seq <= peer.record.seq:
                 raise FrameError("spoofed_sender", msg.sender)
+            if rule is not None and not rule.topic_ok(msg.topic):
+                raise FrameError("policy", f"its key may not use topic {msg.topic!r}")
             if engine.decoder is not None:
                 why = _decode(engine.decoder, msg)
                 if why:
@@ -172,6 +181,9 @@ def _undecodable(
 def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None:
     if peer is not None and msg.sender not in peer.record.agents and msg.sender != node_address(peer.node_id):
         raise FrameError("spoofed_sender", msg.sender)
+    if peer is not None and peer.rule is not None and msg.type != "result" and not peer.rule.topic_ok(msg.topic):
+        _not_allowed(engine, msg, peer)
+        return
     engine.stats["messages_received"] += 1
     if msg.type == "result" and msg.correlation_id:
         if not engine.requests.resolve(msg, engine.node_id if peer is None else peer.node_id):
@@ -203,6 +215,27 @@ def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None
             engine.effects.append((DEAD, msg, "not_found", why, msg.target))
             if msg.correlation_id:
                 engine.reply_status(msg, "not_found", why)
+
+
+def _not_allowed(engine: Engine, msg: Message, peer: Peer) -> None:
+    """The policy does not let ``peer``'s key use ``msg``'s topic: dropped,
+    counted, dead-lettered here; a request is answered with an error and a
+    one-way qos >= 1 message acknowledged (sending it again would fail the same way)."""
+    origin = peer.node_id
+    why = f"the policy does not let node {origin!r}'s key use topic {msg.topic!r}"
+    engine.drop("policy", origin, why)
+    if not msg.target:
+        return  # a broadcast sent directly: it reaches nobody
+    if len(msg.target) > MAX_AGENT_ID:
+        raise FrameError("malformed", "target longer than an agent id")
+    engine.flow.taken(origin, msg.target)
+    if msg.qos and not msg.correlation_id:
+        if not engine.reliable.accept(origin, msg):
+            return  # a repeat: acknowledged again, dead-lettered the first time
+        engine.handled(origin, msg)
+    engine.effects.append((DEAD, msg, "policy", why, msg.target))
+    if msg.correlation_id:
+        engine.reply_status(msg, "error", {"type": "PolicyError", "message": why})
 
 
 def _fan_out(engine: Engine, msg: Message, size: int) -> None:

@@ -51,7 +51,8 @@ class Members:
         self.knocks: dict[str, Knock] = {}
         self.ready_keys: dict[str, None] = {}  # node keys of subscribers seen before their HELLO
         self.waiting: dict[str, None] = {}  # second-hand endpoints to knock on when there is room
-        self.claims: dict[str, tuple[str, Hello]] = {}  # node id -> the latest HELLO claiming it elsewhere
+        # node id -> the latest HELLO claiming it elsewhere (with the public key it came with)
+        self.claims: dict[str, tuple[str, Hello, str | None]] = {}
         self.endpoints: dict[str, str] = {}  # every router endpoint of every peer -> its node id
         self.parked = Parked(engine)
         self._hello: tuple[tuple[int, int, bool], bytes] | None = None
@@ -138,6 +139,13 @@ class Members:
             admission.refuse(self, record, f"protocol version {record.version} is not {e.version}",
                              "another protocol version")
             return
+        public_key = e.sender_public_key
+        rule = None
+        if public_key is not None:  # keyed mode: the name and agent ids must be this key's
+            identity = e.identity
+            identity.check_name(public_key, record.node_id)
+            rule = identity.rule_for(public_key, record.node_id)
+            identity.check_agents(public_key, record, rule, e.agents)
         peer = self.peers.get(record.node_id)
         if peer is not None and peer.key != key:
             if record.incarnation < peer.incarnation:
@@ -169,6 +177,9 @@ class Members:
             else:
                 self.move(peer, "hello")
             self.accept_record(peer, record)
+        if public_key is not None:
+            peer.rule = rule
+            self.bind(public_key, record)
         if hello.reply:
             self.send_hello(peer.link, reply=False)
         self.parked.release(peer.node_id, peer)  # after our HELLO: it must know us first
@@ -185,6 +196,12 @@ class Members:
                 self.knock(endpoint, DISCOVERED_PATIENCE, now)
         if self.waiting:
             admission.fill(self, now)  # its knock (if it answered one) made room
+
+    def bind(self, public_key: str, record: NodeRecord) -> None:
+        """Keyed mode: ``record``'s node name and agent ids are ``public_key``'s from now on."""
+        e = self.e
+        e.identity.bind(public_key, record, lambda a: a in e.agents or e.registry.node_of(a) is not None,
+                        self.peers)
 
     def add_peer(self, record: NodeRecord, key: str, now: float) -> Peer:
         e = self.e
@@ -332,6 +349,9 @@ class Members:
             record = item.record
             if record.node_id != peer.node_id or record.incarnation != peer.incarnation:
                 raise FrameError("spoofed_update", record.node_id)
+            if peer.public_key is not None:
+                e.identity.check_agents(peer.public_key, record, peer.rule, e.agents)
+                self.bind(peer.public_key, record)
             self.accept_record(peer, record)
         elif cls is Bye:
             self.remove(peer, "bye", "left", now)

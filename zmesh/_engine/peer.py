@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..registry import NodeRecord
 from .config import SEED_RETRY
+
+if TYPE_CHECKING:
+    from .identity import Rule
 
 __all__ = ["Peer", "Knock"]
 
@@ -33,6 +37,7 @@ class Peer:
     answered: bool = True  # a frame came over its connection since (publications do not count)
     ponged: float = -math.inf  # when we last answered its PING(true)
     public_key: str | None = None  # keyed mode: the key its HELLO's connection authenticated with
+    rule: Rule | None = None  # keyed mode: what the policy lets its key use (None: anything)
 
     @property
     def node_key(self) -> str:
