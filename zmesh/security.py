@@ -144,6 +144,9 @@ def load_key(path: str | os.PathLike[str]) -> KeyPair:
     """This node's key pair from a ``NAME.key_secret`` file; SecurityError if it cannot be used."""
     require_curve()
     shown = os.fspath(path)
+    if not os.path.isfile(path):  # zmq.auth would say "Invalid certificate file"
+        raise SecurityError(f"no key file {shown!r}: {'it is a directory' if os.path.isdir(path) else 'it does not exist'}"
+                            f"; {HOW_TO_MAKE_KEYS}")
     try:
         public, secret = zmq.auth.load_certificate(path)
     except (OSError, ValueError) as exc:
