@@ -476,3 +476,24 @@ async def test_a_timeout_says_how_long_it_waited() -> None:
         await m.converged()
         with pytest.raises(zmesh.Timeout, match=r"within 0\.25 s"):
             await a.request("b", "t", timeout=0.25)
+
+
+async def test_another_agent_reusing_a_message_id_cannot_make_it_a_repeat(transport: str) -> None:
+    """Ids are not secret: a joined node that sends a qos 1 message under the
+    id another agent is about to use must not get the real one taken for its
+    repeat (acknowledged and never handled)."""
+    async with Mesh(transport) as m:
+        n1, n2, n3 = await m.node(), await m.node(), await m.node()
+        a, evil, b = n1.agent("a"), n2.agent("evil"), n3.agent("b")
+        handler = Recorder()
+        b.add_handler("t", handler)
+        await m.converged()
+        first = evil._message("b", "t", "forged first", "notify", 3, 1, None, None)
+        await evil._host.send(first, None)
+        await wait_for(lambda: handler.seen == ["forged first"])
+        real = a._message("b", "t", "real", "notify", 3, 1, None, None)
+        real.id = first.id  # the id the intruder guessed
+        await a._host.send(real, None)
+        assert await n1.wait_acked(timeout=5)
+        assert handler.seen == ["forged first", "real"]
+        assert n3.stats()["duplicates"] == 0

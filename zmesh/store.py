@@ -44,7 +44,8 @@ class Store(Protocol):
 
     def load_outbox(self) -> list[tuple[str, bytes]]: ...
 
-    def put_seen(self, msg_id: str) -> None: ...
+    def put_seen(self, key: str) -> None:
+        """Remember a handled qos 2 message (its sender and id, as the engine keys it)."""
 
     def load_seen(self) -> list[str]: ...
 
@@ -89,8 +90,8 @@ class SqliteStore:
     def load_outbox(self) -> list[tuple[str, bytes]]:
         return [(str(i), bytes(b)) for i, b in self._db.execute("SELECT id, item FROM outbox ORDER BY rowid")]
 
-    def put_seen(self, msg_id: str) -> None:
-        self._seen.append(msg_id)
+    def put_seen(self, key: str) -> None:
+        self._seen.append(key)
 
     def load_seen(self) -> list[str]:
         return [str(i) for (i,) in self._db.execute("SELECT id FROM seen ORDER BY rowid")]

@@ -439,7 +439,7 @@ class Engine(Outbound):
         """``msg`` (qos >= 1) from ``origin`` was dropped before its handler ran:
         its sender is told to send it again."""
         if not self.closed:
-            self.reliable.forget(origin, msg.id)
+            self.reliable.forget(origin, msg)
 
     def broadcast(self, msg: Message) -> int:
         """Publish to every subscribed agent; returns how many (other than the sender) it reaches."""

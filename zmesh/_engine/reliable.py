@@ -244,8 +244,8 @@ class Reliable:
         store = self.store
         if store is None:
             return
-        for msg_id in store.load_seen():
-            self.seen[msg_id] = _DONE
+        for key in store.load_seen():
+            self.seen[key] = _DONE
         for msg_id, item in store.load_outbox():
             try:
                 msg = codec.message_from_item(codec.decode_item(item))
@@ -266,9 +266,10 @@ class Reliable:
         if len(msg.id) > MAX_ID:
             raise FrameError("malformed", f"message id longer than {MAX_ID} characters")
         seen = self.seen
-        state = seen.get(msg.id)
+        key = _seen_key(msg)
+        state = seen.get(key)
         if state is None:
-            seen[msg.id] = _RUNNING
+            seen[key] = _RUNNING
             if len(seen) > DEDUP_WINDOW:
                 self._evict()
             return True
@@ -281,11 +282,13 @@ class Reliable:
                 self._ack(origin, msg.id)
         return False
 
-    def forget(self, origin: str, msg_id: str) -> None:
+    def forget(self, origin: str, msg: Message) -> None:
         """The message was dropped before its handler ran: tell its sender to
         send it again (DECLINED), and take that retransmission."""
-        if self.seen.get(msg_id) is _RUNNING:
-            del self.seen[msg_id]
+        key = _seen_key(msg)
+        if self.seen.get(key) is _RUNNING:
+            del self.seen[key]
+        msg_id = msg.id
         if origin == LOCAL:
             self.declined(LOCAL, [msg_id])
         else:
@@ -294,11 +297,12 @@ class Reliable:
     def done(self, origin: str, msg: Message, reply: bytes = _DONE) -> None:
         """The handler of ``msg`` (qos >= 1) finished; ``reply``: the encoded reply of a request."""
         seen = self.seen
-        if msg.id in seen:
-            old = seen[msg.id]
+        key = _seen_key(msg)
+        if key in seen:
+            old = seen[key]
             if old is not _RUNNING:
                 self._reply_bytes -= len(old)
-        seen[msg.id] = reply
+        seen[key] = reply
         if reply:
             self._reply_bytes += len(reply)
         if self._reply_bytes > REPLY_CACHE_BYTES or len(seen) > DEDUP_WINDOW:
@@ -307,7 +311,7 @@ class Reliable:
             # Written now, not at the next flush: a crash between the handler's
             # return and this commit is the one window in which a restarted
             # node would run the handler again.
-            self.store.put_seen(msg.id)
+            self.store.put_seen(key)
             self.e._commit(self.store)
         if not reply:
             self._ack(origin, msg.id)
@@ -345,6 +349,15 @@ class Reliable:
         for msg_id in victims:
             del seen[msg_id]
         self._reply_bytes = size
+
+
+def _seen_key(msg: Message) -> str:
+    """What the duplicate window remembers a message by: its sending agent
+    and its id. Ids are not secret, but the sender is checked (a node sends
+    only as its own agents; with keys, agent ids belong to keys), so a node
+    that guesses another agent's next id cannot make that message look like
+    a repeat of its own."""
+    return f"{msg.sender}\x00{msg.id}"
 
 
 def _note(pending: dict[str, list[str]], node: str, msg_id: str) -> None:
