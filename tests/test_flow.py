@@ -305,3 +305,31 @@ async def test_a_send_loop_yields_to_the_loop() -> None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         assert ticks - before >= 9  # the other task ran during the loop
+
+
+def test_made_up_agent_names_cannot_grow_receiving_windows_without_bound() -> None:
+    """A joined peer naming ever new agents (BLOCKED items, messages to
+    nobody) keeps a bounded number of windows here; hosted agents still get one."""
+    from collections import Counter
+
+    from zmesh._engine import credit
+
+    class FakeEngine:
+        agents = {"real"}
+        stats: Counter[str] = Counter()
+        dropped: Counter[str] = Counter()
+
+        def drop(self, reason: str, where: str, detail: str = "") -> None:
+            self.dropped[reason] += 1
+
+        def enqueue(self, node: str, item: bytes) -> None: ...
+
+    engine = FakeEngine()
+    flow = credit.Flow(engine, 2048, 8 << 20)  # type: ignore[arg-type]
+    for i in range(credit.MAX_WINDOWS + 500):
+        flow.on_blocked("peer", f"made-up-{i}", 1)
+        flow.taken("peer", f"other-{i}")
+    assert len(flow.inn) == credit.MAX_WINDOWS
+    assert engine.dropped["too_many_windows"] == 2 * (credit.MAX_WINDOWS + 500) - credit.MAX_WINDOWS
+    flow.taken("peer", "real")  # an agent hosted here is never refused a window
+    assert ("peer", "real") in flow.inn

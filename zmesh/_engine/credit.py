@@ -44,6 +44,9 @@ __all__ = ["Flow"]
 
 Key = tuple[str, str]  # (node id or LOCAL, agent id)
 
+#: Receiving windows kept at most for agents not hosted here (made-up names).
+MAX_WINDOWS = 65536
+
 
 class _Out:
     """What we sent to one agent and what its node reported taken."""
@@ -142,7 +145,9 @@ class Flow:
         key = (origin, agent)
         inn = self.inn.get(key)
         if inn is None:
-            inn = self.inn[key] = _In()
+            inn = self._new_in(key)
+            if inn is None:
+                return
         inn.taken += 1
         unreported = inn.taken - inn.reported
         if unreported >= self.half or (inn.wanted > inn.reported and 2 * unreported >= inn.wanted - inn.reported):
@@ -152,10 +157,22 @@ class Flow:
         key = (origin, agent)
         inn = self.inn.get(key)
         if inn is None:
-            inn = self.inn[key] = _In()
+            inn = self._new_in(key)
+            if inn is None:
+                return
         inn.wanted = max(inn.wanted, sent)
         if inn.taken > inn.reported:
             self._report(origin, agent, inn)
+
+    def _new_in(self, key: Key) -> _In | None:
+        """A new receiving window; None (not kept, counted) when the peer names
+        an agent not hosted here and windows are already at their bound: a
+        peer naming made-up agents must not grow them for as long as it stays."""
+        if len(self.inn) >= MAX_WINDOWS and key[1] not in self.e.agents:
+            self.e.drop("too_many_windows", key[0], "flow control for an agent not hosted here")
+            return None
+        inn = self.inn[key] = _In()
+        return inn
 
     def _report(self, origin: str, agent: str, inn: _In) -> None:
         inn.reported = inn.taken
