@@ -3,6 +3,7 @@ environment, secure-by-default on the LAN, endpoints that carry keys."""
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import sys
@@ -224,3 +225,17 @@ async def test_keyless_nodes_still_talk_on_loopback() -> None:
         echo.add_handler("x", lambda msg: msg.payload)
         await b.wait_for_agents("echo")
         assert (await b.agent("c").request("echo", "x", 5, timeout=5)).payload == 5
+
+
+def test_a_secret_given_as_trusted_or_an_empty_trusted_directory_is_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, secret = keygen("alice", tmp_path / "keys")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with caplog.at_level(logging.WARNING, logger="zmesh"):
+        assert len(TrustedKeys(str(secret)).keys) == 1  # its public half is what is trusted
+        assert TrustedKeys(str(empty)).keys == frozenset()
+    said = [r.getMessage() for r in caplog.records]
+    assert any("holds a SECRET key" in m for m in said), said
+    assert any("holds no .key files" in m for m in said), said

@@ -170,9 +170,11 @@ def load_key(path: str | os.PathLike[str]) -> KeyPair:
 def _read_file(path: str, names: dict[str, str]) -> str:
     """The public key in one ``NAME.key`` file; ``names[NAME]`` becomes it (the first file naming NAME wins)."""
     try:
-        public, _ = zmq.auth.load_certificate(path)
+        public, secret = zmq.auth.load_certificate(path)
     except (OSError, ValueError) as exc:
         raise SecurityError(f"cannot read the trusted key {path!r}: {exc}") from None
+    if secret is not None:  # only its public half is used; but a secret should not travel to other nodes
+        log.warning("zmesh: the trusted key %s holds a SECRET key: give other nodes only the NAME.key file", path)
     key = check_public_key(public, f"public key in {path!r}")
     name = os.path.basename(path)
     if name.endswith(".key"):
@@ -191,6 +193,8 @@ def _read_source(entry: str | os.PathLike[str] | bytes, names: dict[str, str]) -
             files = sorted(f for f in os.listdir(text) if f.endswith(".key"))
         except OSError as exc:
             raise SecurityError(f"cannot read the trusted keys in {text!r}: {exc}") from None
+        if not files:  # a wrong path, most likely: this node would trust only its own key
+            log.warning("zmesh: the trusted directory %s holds no .key files", text)
         return {_read_file(os.path.join(text, f), names) for f in files}
     if os.path.isfile(text):
         return {_read_file(text, names)}
