@@ -324,3 +324,25 @@ async def test_without_rich_top_says_how_to_install_it_and_json_still_works() ->
         assert code == 0, err
         assert [a["agent_id"] for a in json.loads(out)["agents"]] == ["b"]
 
+
+
+def test_a_narrow_terminal_keeps_the_numbers_and_drops_long_identifiers() -> None:
+    node = {"node_id": "worker-node-1", "endpoint": "tcp://127.0.0.1:45678", "incarnation": "18ed08e57e9a8528c41eb0",
+            "uptime": 12.0, "rtt_ms": 0.4, "peers": 2, "agents": 3, "handled_per_s": 10.0, "sent_per_s": 5.0,
+            "pending_requests": 0, "dropped_total": 0, "dead_letters": 1, "answered": True, "error": None}
+    agent = {"agent_id": "researcher", "node_id": "worker-node-1", "capabilities": ["search", "summarise"],
+             "subscriptions": ["news.>"], "handled_per_s": 2.5, "handled": 40, "running": 1, "concurrency": 16,
+             "inbox": 3, "inbox_size": 16384, "dropped": 0, "dead_letters": 0}
+    view = {"mesh": "lab", "observer": "top-1", "time": 0.0, "nodes": [node], "agents": [agent], "events": []}
+
+    def text(width: int) -> str:
+        console = Console(record=True, width=width, file=io.StringIO())
+        console.print(render(view, width=width))
+        return console.export_text()
+
+    wide, narrow = text(220), text(80)
+    assert "INCARNATION" in wide and "18ed08e57e9a8528c41eb0" in wide
+    assert "INCARNATION" not in narrow
+    for column in ("UP", "RTT", "HANDLED", "PENDING", "DROPPED", "DEAD", "RATE", "RUNNING", "INBOX", "STATUS"):
+        assert column in narrow, (column, narrow)
+    assert "3/16384" in narrow and "10.0/s" in narrow and "…" not in narrow, narrow  # whole values, not cut off

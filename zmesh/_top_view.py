@@ -72,28 +72,49 @@ def _table(title: str, *columns: str) -> Table:
     return table
 
 
-def _nodes(view: dict[str, Any]) -> Table:
-    table = _table("Nodes", "NODE", "ENDPOINT", "INCARNATION", "UP", "RTT", "PEERS", "AGENTS", "HANDLED", "SENT",
-                   "PENDING", "DROPPED", "DEAD", "STATUS")
+def _fit(title: str, columns: list[str], rows: list[list[Any]], width: int | None, drop_first: list[str]) -> Table:
+    """A table of ``columns``, leaving out those in ``drop_first`` (in that
+    order) while it would be wider than ``width``: on an 80-column terminal
+    the numbers stay and the long identifiers go."""
+    keep = list(range(len(columns)))
+
+    def needed() -> int:
+        return sum(max([len(columns[i]), *(len(str(r[i])) for r in rows)]) + 3 for i in keep)  # with padding
+
+    for name in drop_first:
+        if width is None or needed() <= width:
+            break
+        keep.remove(columns.index(name))
+    table = _table(title, *(columns[i] for i in keep))
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
+    return table
+
+
+def _nodes(view: dict[str, Any], width: int | None = None) -> Table:
+    columns = ["NODE", "ENDPOINT", "INCARNATION", "UP", "RTT", "PEERS", "AGENTS", "HANDLED", "SENT", "PENDING",
+               "DROPPED", "DEAD", "STATUS"]
+    rows: list[list[Any]] = []
     for n in view["nodes"]:
         status = Text("ok", style="green") if n["answered"] else Text(n["error"] or "no answer", style="red")
         rtt = "-" if n["rtt_ms"] is None else f"{n['rtt_ms']:.1f} ms"
-        table.add_row(n["node_id"], n["endpoint"], n["incarnation"], _duration(n["uptime"]), rtt, _count(n["peers"]),
-                      str(n["agents"]), _per_second(n["handled_per_s"]), _per_second(n["sent_per_s"]),
-                      _count(n["pending_requests"]), _count(n["dropped_total"]), _count(n["dead_letters"]), status)
-    return table
+        rows.append([n["node_id"], n["endpoint"], n["incarnation"], _duration(n["uptime"]), rtt, _count(n["peers"]),
+                     str(n["agents"]), _per_second(n["handled_per_s"]), _per_second(n["sent_per_s"]),
+                     _count(n["pending_requests"]), _count(n["dropped_total"]), _count(n["dead_letters"]), status])
+    return _fit("Nodes", columns, rows, width, ["INCARNATION", "ENDPOINT", "PEERS", "AGENTS", "SENT"])
 
 
-def _agents(view: dict[str, Any]) -> Table:
-    table = _table("Agents", "AGENT", "NODE", "CAPABILITIES", "SUBSCRIPTIONS", "RATE", "HANDLED", "RUNNING", "INBOX",
-                   "DROPPED", "DEAD")
+def _agents(view: dict[str, Any], width: int | None = None) -> Table:
+    columns = ["AGENT", "NODE", "CAPABILITIES", "SUBSCRIPTIONS", "RATE", "HANDLED", "RUNNING", "INBOX", "DROPPED",
+               "DEAD"]
+    rows: list[list[Any]] = []
     for a in view["agents"]:
         dropped = _count(a["dropped"])
-        table.add_row(a["agent_id"], a["node_id"], ",".join(a["capabilities"]) or "-",
-                      ",".join(a["subscriptions"]) or "-", _per_second(a["handled_per_s"]), _count(a["handled"]),
-                      _of(a["running"], a["concurrency"]), _of(a["inbox"], a["inbox_size"]),
-                      Text(dropped, style="red") if a["dropped"] else dropped, _count(a["dead_letters"]))
-    return table
+        rows.append([a["agent_id"], a["node_id"], ",".join(a["capabilities"]) or "-",
+                     ",".join(a["subscriptions"]) or "-", _per_second(a["handled_per_s"]), _count(a["handled"]),
+                     _of(a["running"], a["concurrency"]), _of(a["inbox"], a["inbox_size"]),
+                     Text(dropped, style="red") if a["dropped"] else dropped, _count(a["dead_letters"])])
+    return _fit("Agents", columns, rows, width, ["SUBSCRIPTIONS", "CAPABILITIES", "HANDLED"])
 
 
 def _events(view: dict[str, Any]) -> Table:
@@ -106,19 +127,20 @@ def _events(view: dict[str, Any]) -> Table:
     return table
 
 
-def render(view: dict[str, Any], hint: str = "") -> RenderableType:
-    """One view as a group of tables."""
+def render(view: dict[str, Any], hint: str = "", width: int | None = None) -> RenderableType:
+    """One view as a group of tables, narrowed to ``width`` columns if given."""
     header = Text.assemble(
         ("zmesh top", "bold"),
         f"  mesh {view['mesh']!r}: {len(view['nodes'])} nodes, {len(view['agents'])} agents, "
         f"seen from {view['observer']} at {time.strftime('%H:%M:%S', time.localtime(view['time']))}",
         (f"  {hint}" if hint else "", "dim"),
     )
-    return Group(header, _nodes(view), _agents(view), _events(view))
+    return Group(header, _nodes(view, width), _agents(view, width), _events(view))
 
 
 def print_view(view: dict[str, Any], console: Console | None = None) -> None:
-    (console or Console()).print(render(view))
+    console = console or Console()
+    console.print(render(view, width=console.width))
 
 
 def _cbreak(fd: int) -> Any:
@@ -193,14 +215,14 @@ async def live(collector: TopCollector, interval: float, console: Console | None
     with _keys(asyncio.get_running_loop(), quit.set):
         if not console.is_terminal:
             while (view := await _unless_quit(quit, collector.snapshot())) is not None:
-                console.print(render(view))
+                console.print(render(view, width=console.width))
                 if await _quit_within(quit, interval):
                     break
             return 0
         hint = "q quits"
         with Live(console=console, screen=True, auto_refresh=False) as screen:
             while (view := await _unless_quit(quit, collector.snapshot())) is not None:
-                screen.update(render(view, hint), refresh=True)
+                screen.update(render(view, hint, console.width), refresh=True)
                 if await _quit_within(quit, interval):
                     break
     return 0
