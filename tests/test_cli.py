@@ -258,3 +258,4 @@ async def test_a_mesh_name_mismatch_stops_at_once_and_says_so() -> None:
     assert "mesh names differ" in last and "check --mesh" in last, err
     assert mesh not in last  # a refusal tells a stranger nothing about the mesh (issue 10)
     assert "check --seed" not in err
+    assert len(err.strip().splitlines()) == 1, err  # the explanation, not also the library's log line

@@ -6,6 +6,7 @@ import argparse
 import ast
 import asyncio
 import inspect
+import logging
 import os
 import re
 import sys
@@ -78,6 +79,17 @@ async def _wait_for_a_member(node: Node, events: AsyncIterator[MeshEvent], args:
     raise CliError(f"no member of mesh {args.mesh!r} answered within {args.wait} s ({how})")
 
 
+class _RefusalsSaidByTheCommand(logging.Filter):
+    """The command explains a refusal itself, with a hint: the library's own
+    log line about it would say the same thing twice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg.__class__ is str and record.msg.startswith("zmesh %s: refused by"))
+
+
+_REFUSAL_FILTER = _RefusalsSaidByTheCommand()
+
+
 async def join(args: argparse.Namespace) -> Node:
     """A started node that has joined the mesh ``args`` names: every member it heard of, if in time."""
     try:
@@ -86,6 +98,7 @@ async def join(args: argparse.Namespace) -> Node:
     except ValueError as exc:  # e.g. a mesh name Node refuses
         raise CliError(str(exc), exit_code=2) from None
     events = node.events()  # from before the start, so no refusal is missed
+    logging.getLogger("zmesh").addFilter(_REFUSAL_FILTER)
     try:
         await node.start()
         await _wait_for_a_member(node, events, args)
