@@ -25,9 +25,10 @@ this module, or opentelemetry, and pays nothing per message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -123,6 +124,22 @@ def _failed(span: Span, exc: BaseException) -> None:
     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:512]))
 
 
+@contextlib.contextmanager
+def _ending(span: Span) -> Iterator[None]:
+    """End ``span`` when the block does; an exception marks it an error, but
+    a cancellation (the caller's own choice) does not."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        span.set_attribute("zmesh.outcome", "cancelled")
+        raise
+    except BaseException as exc:
+        _failed(span, exc)
+        raise
+    finally:
+        span.end()
+
+
 class TracedDispatch(Dispatch):
     """Dispatch with a span around every send, request, delegate, handoff and broadcast."""
 
@@ -159,33 +176,16 @@ class TracedDispatch(Dispatch):
         return span
 
     async def send(self, msg: Message, timeout: float | None, kind: str = "send", dead_letter: bool = True) -> None:
-        span = self._begin(msg, kind, SpanKind.PRODUCER)
-        try:
+        with _ending(self._begin(msg, kind, SpanKind.PRODUCER)):
             await super().send(msg, timeout, kind, dead_letter)
-        except asyncio.CancelledError:
-            span.set_attribute("zmesh.outcome", "cancelled")  # the caller's own choice: no error
-            raise
-        except BaseException as exc:
-            _failed(span, exc)
-            raise
-        finally:
-            span.end()
 
     async def request(self, msg: Message, timeout: float, kind: str) -> Message:
         span = self._begin(msg, kind, SpanKind.CLIENT)
-        try:
+        with _ending(span):
             reply = await super().request(msg, timeout, kind)
             if kind == "handoff" and isinstance(reply.payload, dict):
                 span.set_attribute("zmesh.handoff.accepted", reply.payload.get("accepted") is True)
             return reply
-        except asyncio.CancelledError:
-            span.set_attribute("zmesh.outcome", "cancelled")  # the caller's own choice: no error
-            raise
-        except BaseException as exc:
-            _failed(span, exc)
-            raise
-        finally:
-            span.end()
 
     def broadcast(self, msg: Message) -> int:
         span = self._begin(msg, "broadcast", SpanKind.PRODUCER)

@@ -140,7 +140,7 @@ class Engine(Outbound):
         self.closed = True
         self._now = now
         if self.started:
-            bye = codec.join_frame([codec.encode_control(codec.Bye("closed"))])
+            bye = _bye_frame("closed")
             for peer in self.members.peers.values():
                 self.effects.append((SEND, peer.link, bye))
         self.requests.fail_all(NodeClosed("the node was closed"))
@@ -492,7 +492,7 @@ class Engine(Outbound):
             return
         self._now = now
         self.identity.forget_key(public_key)
-        bye = codec.join_frame([codec.encode_control(codec.Bye("distrusted"))])
+        bye = _bye_frame("distrusted")
         for peer in [p for p in self.members.peers.values() if p.public_key == public_key]:
             self.effects.append((SEND, peer.link, bye))
             self.revoked[public_key] = peer.router
@@ -514,3 +514,8 @@ class Engine(Outbound):
     def now(self) -> float:
         """The latest time the driver told us."""
         return self._now
+
+
+def _bye_frame(reason: str) -> bytes:
+    """A frame that says goodbye, sent straight to a link (no outbox: the link closes next)."""
+    return codec.join_frame([codec.encode_control(codec.Bye(reason))])

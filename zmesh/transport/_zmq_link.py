@@ -47,6 +47,16 @@ def link_tag(secret: bytes, endpoint: str) -> str:
     return hashlib.blake2b(endpoint.encode(), key=secret, digest_size=8).hexdigest()
 
 
+def _abandon(
+    transport: ZmqTransport, sock: zmq.Socket[Any], watcher: Watcher | None, endpoint: str, exc: zmq.ZMQError
+) -> None:
+    """A socket that could not be set up for ``endpoint``: close it and its watcher, and count why."""
+    if watcher is not None:
+        watcher.close()
+    zs.close_socket(sock)
+    transport._drop("bad_endpoint", f"{endpoint}: {exc.strerror}")
+
+
 class Watcher:
     """A socket's monitor, read on the loop; ``on_event(event)`` for each event.
 
@@ -190,11 +200,8 @@ class ZmqLink:
                 self._watcher = Watcher(transport, sock, self.endpoint, self._on_event)
             sock.connect(endpoint_address(self.endpoint))
         except zmq.ZMQError as exc:
-            if self._watcher is not None:
-                self._watcher.close()
-                self._watcher = None
-            zs.close_socket(sock)
-            transport._drop("bad_endpoint", f"{self.endpoint}: {exc.strerror}")
+            _abandon(transport, sock, self._watcher, self.endpoint, exc)
+            self._watcher = None
             return
         self._sock = sock
 
@@ -308,11 +315,8 @@ class KeyedSubscription:
             self._watcher = Watcher(transport, sock, self.endpoint, lambda event: None)
             sock.connect(endpoint_address(self.endpoint))
         except zmq.ZMQError as exc:
-            if self._watcher is not None:
-                self._watcher.close()
-                self._watcher = None
-            zs.close_socket(sock)
-            transport._drop("bad_endpoint", f"{self.endpoint}: {exc.strerror}")
+            _abandon(transport, sock, self._watcher, self.endpoint, exc)
+            self._watcher = None
             return
         self._sock = sock
         if transport._add_reader is not None and transport._loop is not None:
