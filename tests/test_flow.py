@@ -333,3 +333,34 @@ def test_made_up_agent_names_cannot_grow_receiving_windows_without_bound() -> No
     assert engine.dropped["too_many_windows"] == 2 * (credit.MAX_WINDOWS + 500) - credit.MAX_WINDOWS
     flow.taken("peer", "real")  # an agent hosted here is never refused a window
     assert ("peer", "real") in flow.inn
+
+
+async def test_a_send_with_room_still_checks_its_timeout_and_the_node(transport: str) -> None:
+    """A send that flow control lets go at once takes a short path; it still
+    refuses a bad timeout, and a node already closing, and sends nothing then."""
+    async with Mesh(transport) as m:
+        a, b = await pair(m)
+        got: list[Any] = []
+        b.add_handler("t", got.append, inline=True)
+        for bad in (-1, "5", float("nan")):
+            with pytest.raises(zmesh.InvalidMessage, match="timeout"):
+                await a.send("b", "t", "bad", timeout=bad)
+        await a.send("b", "t", "good", timeout=5)
+        await wait_for(lambda: [msg.payload for msg in got] == ["good"], what="only the good one")
+
+        node = m.nodes[0]
+        release = asyncio.Event()
+
+        class SlowDiscovery:  # holds close() after the node is marked closed, before its engine is
+            async def close(self) -> None:
+                await release.wait()
+
+        node._driver.discovery = SlowDiscovery()  # type: ignore[assignment]
+        closing = asyncio.ensure_future(node.close())
+        await asyncio.sleep(0)
+        assert node.closed and not node._engine.closed
+        with pytest.raises(zmesh.NodeClosed):
+            await a.send("b", "t", "late")
+        release.set()
+        await closing
+        assert [msg.payload for msg in got] == ["good"]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
-import types
 from datetime import datetime
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 
 import zmesh
 from zmesh import message as message_module
-from zmesh.message import ENVELOPE_VERSION, Message, check_options, new_id
+from zmesh.message import ENVELOPE_VERSION, Message, check_options, new_id, new_trace_id
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -53,16 +55,44 @@ def test_ids_are_unique_and_sort_in_creation_order() -> None:
 
 
 def test_ids_sort_by_time_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    now = [1_700_000_000.000]
-    monkeypatch.setattr(message_module, "time", types.SimpleNamespace(time=lambda: now[0]))
+    now = [1_700_000_000_000_000_000]  # nanoseconds
+    monkeypatch.setattr(message_module, "_time_ns", lambda: now[0])
     early = new_id()
-    now[0] = 1_700_000_000.001
+    now[0] = 1_700_000_000_001_000_000
     later = new_id()
-    now[0] = 1_700_000_005.0
+    now[0] = 1_700_000_005_000_000_000
     much_later = new_id()
     assert early < later < much_later
     assert int(early[:12], 16) == 1_700_000_000_000
     assert int(much_later[:12], 16) == 1_700_000_005_000
+
+
+def test_trace_ids_are_w3c_random_and_unique() -> None:
+    ids = [new_trace_id() for _ in range(5_000)]  # several of the batches they are made in
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 32 and i == i.lower() and int(i, 16) != 0 for i in ids)
+    ones = sum(bin(int(i, 16)).count("1") for i in ids)
+    assert abs(ones / (128 * len(ids)) - 0.5) < 0.01  # every bit random, none fixed
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_forked_child_makes_trace_ids_of_its_own() -> None:
+    """Trace ids are made ahead in batches: a child of fork must not reuse
+    the ones its parent has left (run in a fresh interpreter with no threads)."""
+    script = (
+        "import os\n"
+        "from zmesh.message import new_trace_id\n"
+        "new_trace_id()\n"  # the parent now holds a batch made ahead
+        "r, w = os.pipe()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os.write(w, new_trace_id().encode()); os._exit(0)\n"
+        "os.close(w); child = os.read(r, 64).decode(); os.waitpid(pid, 0)\n"
+        "print(child, new_trace_id())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True)
+    child, parent = out.stdout.split()
+    assert len(child) == 32 and child != parent
 
 
 # -- envelope ------------------------------------------------------------

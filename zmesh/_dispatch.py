@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable
 
 from ._context import trace_var
 from ._delivery import Delivery
 from ._engine import Engine
-from .clock import Clock
+from .clock import Clock, SystemClock
 from .deadletters import DeadLetter, DeadLetters
 from .errors import (
     AgentNotRegistered,
@@ -52,6 +53,7 @@ class AgentPort:
         self.clock: Clock = node.clock
         self._node = node
         self.stamp = dispatch.stamp
+        self.send_now = dispatch.send_now
         self.send = dispatch.send
         self.request = dispatch.request
         self.reply = dispatch.reply
@@ -75,6 +77,8 @@ class Dispatch:
         self._engine = engine
         self._driver = driver
         self._clock = node.clock
+        # The wall clock for timestamps: time.time itself, not a method around it, on the real clock.
+        self._wall: Callable[[], float] = time.time if type(node.clock) is SystemClock else node.clock.time
         self._futures: dict[Key, asyncio.Future[Message]] = {}
         self._credit_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._sends = 0
@@ -88,30 +92,46 @@ class Dispatch:
     # -- what agents send ------------------------------------------------
 
     def stamp(self, msg: Message, trace_id: str | None) -> None:
-        msg.timestamp = self._clock.time()
+        msg.timestamp = self._wall()
         msg.trace_id = trace_id or trace_var.get() or new_trace_id()
+
+    def send_now(self, msg: Message, timeout: float | None) -> bool:
+        """The send loop's path: send ``msg`` if nothing makes it wait, yield,
+        report or fail; False (nothing sent) when it must go by :meth:`send`."""
+        sends = self._sends + 1
+        if sends % YIELD_EVERY == 0 or timeout is not None or msg.qos or self._observers or self._node._closed:
+            return False
+        engine = self._engine
+        if not engine.send_if_open(msg, 0.0):
+            return False  # :meth:`send` waits for credit, or raises
+        self._sends = sends
+        driver = self._driver
+        if engine.effects or not driver._flush_scheduled:
+            driver.pump()
+        return True
 
     async def send(self, msg: Message, timeout: float | None, kind: str = "send", dead_letter: bool = True) -> None:
         """Fire-and-forget, once flow control allows; raises before anything is sent."""
-        if self._node.closed:
+        if self._node._closed:
             raise NodeClosed(f"node {self._node.id!r} is closed")
         if timeout is not None and (
             (timeout.__class__ is not float and timeout.__class__ is not int) or not timeout >= 0
         ):
             raise InvalidMessage(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
-        now = self._driver.now
-        started = now() if (self._observers or msg.qos) else 0.0  # only a receipt, a wait or qos needs it
-        route = self._engine.send_if_open(msg, started)
+        driver = self._driver
+        engine = self._engine
+        observers = self._observers
+        started = driver.now() if (observers or msg.qos) else 0.0  # only a receipt, a wait or qos needs it
+        route = engine.send_if_open(msg, started)
         if not route:
-            started = started or now()
+            started = started or driver.now()
             if route is None:
                 raise self._not_found(msg, kind, started, dead_letter)
             route = await self._wait_credit(msg, kind, started, None if timeout is None else started + timeout)
-            self._engine.send(msg, route, started)
-        driver = self._driver
-        if self._engine.effects or not driver._flush_scheduled:
+            engine.send(msg, route, started)
+        if engine.effects or not driver._flush_scheduled:
             driver.pump()
-        if self._observers:
+        if observers:
             self.receipt(kind, "success", started, msg)
         sends = self._sends = self._sends + 1
         if not sends % YIELD_EVERY:

@@ -175,6 +175,9 @@ class TracedDispatch(Dispatch):
             msg.traceparent = traceparent_of(sent_by)
         return span
 
+    def send_now(self, msg: Message, timeout: float | None) -> bool:
+        return False  # every send has its span: the full path
+
     async def send(self, msg: Message, timeout: float | None, kind: str = "send", dead_letter: bool = True) -> None:
         with _ending(self._begin(msg, kind, SpanKind.PRODUCER)):
             await super().send(msg, timeout, kind, dead_letter)
@@ -214,6 +217,8 @@ class TracedDispatch(Dispatch):
 
 class TracedDelivery(Delivery):
     """Delivery with a span around every handler run: current while it runs."""
+
+    _one_way_inline = False  # every handler's end ends its span, in _handler_done
 
     def __init__(self, node: Node, dispatch: Dispatch, tracer: trace.Tracer) -> None:
         super().__init__(node, dispatch)

@@ -63,6 +63,8 @@ def node_stats(node: Node) -> dict[str, Any]:
     dispatch = node._dispatch
     out: dict[str, Any] = dict.fromkeys(COUNTERS, 0)  # every counter, from the start
     out.update(engine.stats)
+    out["messages_sent"] = engine.messages_sent  # plain ints: counted once per message
+    out["messages_received"] = engine.messages_received
     out.update(node._watch.stats)
     out.update(dispatch.stats)
     by_agent = agent_stats(dispatch.delivery.inboxes)

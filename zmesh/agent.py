@@ -71,6 +71,8 @@ class AgentHost(Protocol):
 
     def stamp(self, msg: Message, trace_id: str | None) -> None: ...
 
+    def send_now(self, msg: Message, timeout: float | None) -> bool: ...
+
     async def send(self, msg: Message, timeout: float | None) -> None: ...
 
     async def request(self, msg: Message, timeout: float, kind: str) -> Message: ...
@@ -222,7 +224,9 @@ class Agent:
         ``target``; InvalidMessage, sending nothing, when the message is bad.
         """
         msg = self._message(target, topic, payload, type, priority, qos, ttl, trace_id)
-        await self._host.send(msg, timeout)
+        host = self._host
+        if not host.send_now(msg, timeout):  # the common case costs no coroutine
+            await host.send(msg, timeout)
         return msg
 
     async def request(

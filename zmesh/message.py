@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import random
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -34,11 +33,12 @@ MESSAGE_TYPES: Final = ("task", "result", "query", "notify", "intervene", "heart
 STATUSES: Final = ("ok", "error", "no_handler", "not_found", "expired", "busy")
 
 _PROCESS_TAG = os.urandom(5).hex()
-_counter = itertools.count()
+_next_count = itertools.count().__next__
 
 
 _prefix_ms = -1
 _prefix = ""
+_time_ns = time.time_ns
 
 
 def new_id() -> str:
@@ -49,10 +49,10 @@ def new_id() -> str:
     and hosts without coordination; per-sender counters alone collide.
     """
     global _prefix_ms, _prefix
-    ms = int(time.time() * 1000)
+    ms = _time_ns() // 1_000_000
     if ms != _prefix_ms:  # the prefix changes at most once a millisecond
         _prefix_ms, _prefix = ms, "%012x%s" % (ms, _PROCESS_TAG)
-    return _prefix + "%06x" % (next(_counter) & 0xFFFFFF)
+    return _prefix + "%06x" % (_next_count() & 0xFFFFFF)
 
 
 def new_request_id() -> str:
@@ -66,16 +66,27 @@ def new_request_id() -> str:
     return "%012x%s" % (int(time.time() * 1000), os.urandom(8).hex())
 
 
-_random_bits = random.getrandbits
+_TRACE_BATCH = 256
+_ZERO_TRACE = "0" * 32
+_trace_ids: list[str] = []  # made a batch at a time: one list pop per message
+os.register_at_fork(after_in_child=_trace_ids.clear)  # a child must not reuse its parent's
 
 
 def new_trace_id() -> str:
     """Return a new W3C Trace Context trace-id: 32 lowercase hex digits, random, never all zeros.
 
-    Random in every bit (not time-ordered like :func:`new_id`), as samplers
-    that keep a share of traces by their trace id expect.
+    Random in every bit (from the OS, like :func:`new_request_id`; not
+    time-ordered like :func:`new_id`), as samplers that keep a share of
+    traces by their trace id expect.
     """
-    return (_random_bits(128) or 1).to_bytes(16, "big").hex()
+    try:
+        return _trace_ids.pop()
+    except IndexError:
+        batch = os.urandom(16 * _TRACE_BATCH).hex(" ", -16).split()
+        while _ZERO_TRACE in batch:  # one chance in 2**128 per id
+            batch.remove(_ZERO_TRACE)
+        _trace_ids.extend(batch)
+        return _trace_ids.pop()
 
 
 def check_options(priority: int, qos: int, ttl: float | None) -> None:

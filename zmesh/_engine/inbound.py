@@ -184,7 +184,7 @@ def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None
     if peer is not None and peer.rule is not None and msg.type != "result" and not peer.rule.topic_ok(msg.topic):
         _not_allowed(engine, msg, peer)
         return
-    engine.stats["messages_received"] += 1
+    engine.messages_received += 1
     if msg.type == "result" and msg.correlation_id:
         if not engine.requests.resolve(msg, engine.node_id if peer is None else peer.node_id):
             engine.stats["late_replies"] += 1

@@ -49,7 +49,8 @@ class Outbound:
     _pub_items: list[bytes]
     _pub_size: int
 
-    def enqueue(self, node_id: str, item: bytes) -> None:
+    def enqueue(self, node_id: str, item: bytes, size: int = -1) -> None:
+        """Queue ``item`` for ``node_id`` (``size``: its length, if the caller has it)."""
         box = self._outbox.get(node_id)
         if box is None:
             if not self.hold and node_id != LOCAL:
@@ -58,14 +59,16 @@ class Outbound:
                 self.hold = True
                 self._flush_one(node_id, [item])
                 return
-            self._outbox[node_id] = [[item], len(item)]
-        else:
-            if box[1] + len(item) > self.registry.frame_limit:  # fits every receiver's limit
-                self._flush_one(node_id, box[0])
-                box[0] = []
-                box[1] = 0
-            box[0].append(item)
-            box[1] += len(item)
+            self._outbox[node_id] = [[item], len(item) if size < 0 else size]
+            return
+        if size < 0:
+            size = len(item)
+        if box[1] + size > self.registry.frame_limit:  # fits every receiver's limit
+            self._flush_one(node_id, box[0])
+            box[0] = []
+            box[1] = 0
+        box[0].append(item)
+        box[1] += size
 
     @property
     def has_queued(self) -> bool:
