@@ -28,7 +28,7 @@ import pytest
 import zmesh
 from zmesh import Message
 
-from .helpers import Mesh
+from .helpers import Mesh, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -393,3 +393,43 @@ async def test_a_handler_task_the_application_cancels_fails_its_request_and_free
             assert info.value.remote_type == "CancelledError"
         assert (await a.request("b", "ping", timeout=5)).payload == "pong"
         assert n2.stats()["handler_errors"] == 3
+
+
+async def test_an_inline_handler_of_a_one_way_stream_is_contained_and_never_keeps_a_slot(
+    transport: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One-way qos 0 messages to an inline handler take the shortest path
+    (no reply, nothing owed): still, one that raises is logged, counted and
+    dead-lettered, the rest are handled in order, a coroutine it returns is
+    awaited, and no run keeps one of the agent's slots (concurrency 1)."""
+    handled: list[int] = []
+    awaited: list[int] = []
+
+    def work(msg: Message) -> Any:
+        if msg.payload == 3:
+            raise ValueError("bad item 3")
+        handled.append(msg.payload)
+        if msg.payload == 5:
+            async def later() -> None:
+                await asyncio.sleep(0)
+                awaited.append(msg.payload)
+            return later()
+        return None
+
+    async with Mesh(transport) as m:
+        n1, n2 = await m.node(), await m.node()
+        a, b = n1.agent("a"), n2.agent("b", concurrency=1)
+        b.add_handler("work", work, inline=True)
+        await m.converged()
+        with caplog.at_level(logging.ERROR, logger="zmesh"):
+            for i in range(200):
+                await a.send("b", "work", i)
+            await wait_for(lambda: len(handled) == 199 and awaited == [5], what="every message handled")
+        assert handled == [i for i in range(200) if i != 3]
+        assert [(e.reason, e.target, e.message.payload) for e in n2.dead_letters] == [("handler_error", "b", 3)]
+        assert "bad item 3" in caplog.text
+        stats = n2.stats()
+        assert stats["handler_errors"] == 1
+        await wait_for(lambda: n2.stats()["by_agent"]["b"]["running"] == 0, what="no slot kept")
+        assert n2.stats()["by_agent"]["b"]["handled"] == 200
+        assert (await a.request("b", "work", 7, timeout=5)).payload is None  # the one slot is free

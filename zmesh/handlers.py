@@ -40,7 +40,7 @@ from types import CoroutineType
 from typing import Any, Callable, Coroutine
 
 __all__ = ["run_handler", "HandlerTasks", "DEFERRED", "Deferred", "handler_mode", "ASYNC", "THREAD", "INLINE",
-           "DEFAULT_WORKERS"]
+           "DEFAULT_WORKERS", "finish"]
 
 log = logging.getLogger("zmesh")
 
@@ -192,10 +192,10 @@ def run_handler(
     except BaseException as exc:  # a plain handler: contained like a coroutine's
         failed(exc, extra)
         return
-    if result is None:  # _finish's first case, without the call (one per message)
+    if result is None:  # finish's first case, without the call (one per message)
         done(result, extra)
         return
-    _finish(result, done, failed, extra, tasks)
+    finish(result, done, failed, extra, tasks)
 
 
 def _thread_finished(
@@ -205,12 +205,13 @@ def _thread_finished(
         return
     ok, value = future.result()
     if ok:
-        _finish(value, done, failed, extra, tasks)
+        finish(value, done, failed, extra, tasks)
     else:
         failed(value, extra)
 
 
-def _finish(result: Any, done: Done, failed: Failed, extra: Any, tasks: HandlerTasks) -> None:
+def finish(result: Any, done: Done, failed: Failed, extra: Any, tasks: HandlerTasks) -> None:
+    """What :func:`run_handler` does with a handler's return value (a coroutine is awaited in a Task)."""
     if result.__class__ is not CoroutineType and (result is None or not asyncio.iscoroutine(result)):
         done(result, extra)
         return
