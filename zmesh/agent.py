@@ -251,9 +251,9 @@ class Agent:
         waiting in the target's inbox when its requester stops waiting is
         never handled (a handler already running is not stopped).
         """
-        if ttl is None and (timeout.__class__ is float or timeout.__class__ is int) and timeout > 0:
-            ttl = timeout  # nobody waits for the answer after that: do not start the work
         msg = self._message(target, topic, payload, type, priority, qos, ttl, trace_id, _OWN_ID)
+        if ttl is None and (timeout.__class__ is float or timeout.__class__ is int) and timeout > 0:
+            msg.ttl = timeout  # nobody waits for the answer after that: do not start the work
         return await self._host.request(msg, timeout, "request")
 
     async def delegate(

@@ -1,0 +1,138 @@
+"""What one QoS 0 message costs zmesh's Python, for comparing two trees.
+
+    PYTHONPATH=<tree> python bench/send_cost.py sender N
+    PYTHONPATH=<tree> python bench/send_cost.py both N
+    PYTHONPATH=<tree> python bench/send_cost.py request N
+
+``sender``: node A sends N one-way messages to an agent on node B (zmq,
+one process) while A's links drop every frame and A's credit window never
+closes, so only A's send path runs. ``both``: two nodes on the in-process
+transport, N messages to an inline handler, so the send and the receive
+paths run and nothing else does. ``request``: N requests one after the
+other to an inline echo handler (inproc). Each prints CPU microseconds per message.
+
+CPU time on a shared 2-core machine moves by 5-10 % from run to run. For a
+figure that does not, count instructions with callgrind at two sizes and
+take the difference per message (start-up and imports cancel out)::
+
+    for n in 2000 12000; do
+      PYTHONPATH=<tree> valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.$n \\
+        python bench/send_cost.py both $n
+    done   # then (Ir at 12000 - Ir at 2000) / 10000
+
+It uses only API that every zmesh version since 7bf4ab1 has, so the same
+script (run by its path, with the tree on PYTHONPATH) measures an old tree against a new one (the QoS 0 figures in
+docs/reliability.md were made this way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import sys
+import time
+
+os.environ.setdefault("ZMESH_INTERFACES", "127.0.0.1")
+
+import zmesh  # noqa: E402
+
+from bench.envelope import decode, encode  # noqa: E402
+
+__all__ = ["sender_only", "both_sides", "requests"]
+
+
+def _inline() -> dict[str, bool]:
+    return {"inline": True} if "inline" in inspect.signature(zmesh.Agent.add_handler).parameters else {}
+
+
+def _link_class() -> type:
+    try:
+        from zmesh.transport._zmq_link import ZmqLink  # type: ignore[import-not-found,unused-ignore]
+
+        return ZmqLink  # type: ignore[no-any-return,unused-ignore]
+    except ImportError:  # trees before the transport split
+        from zmesh.transport.zmq import _ZmqLink  # type: ignore[attr-defined,unused-ignore]
+
+        return _ZmqLink  # type: ignore[no-any-return,unused-ignore]
+
+
+async def sender_only(n: int) -> float:
+    """CPU seconds per message of A's send path (see the module's doc)."""
+    options = {"interfaces": "local", "discovery": False}
+    async with zmesh.Node("send-cost", name="sink", **options) as b:  # type: ignore[arg-type]
+        b.agent("sink").add_handler("bench", lambda msg: None)
+        async with zmesh.Node("send-cost", name="src", seeds=[b.endpoint], **options) as a:  # type: ignore[arg-type]
+            src = a.agent("src")
+            await a.wait_for_agents("sink", timeout=10)
+            flow = getattr(a._engine, "flow", None)
+            if flow is not None:
+                flow.window = 1 << 40  # never closes: no credit comes back
+            link = _link_class()
+            real = link.send
+            link.send = lambda self, frame: None  # type: ignore[method-assign]
+            try:
+                t0 = time.process_time()
+                for i in range(n):
+                    await src.send("sink", "bench", encode(i, "data"))
+                    if i % 1000 == 999:
+                        await asyncio.sleep(0)
+                return (time.process_time() - t0) / max(n, 1)
+            finally:
+                link.send = real  # type: ignore[method-assign]
+
+
+async def requests(n: int) -> float:
+    """CPU seconds per request and reply, one at a time, in one process (inproc, inline echo)."""
+    async with zmesh.Node("send-cost", name="srv", transport="inproc", discovery=False) as b:
+        b.agent("echo").add_handler("e", lambda msg: msg.payload, **_inline())
+        async with zmesh.Node("send-cost", name="cli", transport="inproc", discovery=False,
+                              seeds=[b.endpoint]) as a:
+            cli = a.agent("cli")
+            await a.wait_for_agents("echo", timeout=10)
+            t0 = time.process_time()
+            for i in range(n):
+                await cli.request("echo", "e", i, timeout=10)
+            return (time.process_time() - t0) / max(n, 1)
+
+
+async def both_sides(n: int) -> float:
+    """CPU seconds per message of send plus receive, in one process (inproc)."""
+    done = asyncio.Event()
+    count = 0
+
+    def on_msg(msg: zmesh.Message) -> None:
+        nonlocal count
+        if decode(msg.payload)["type"] == "data":
+            count += 1
+            if count == n:
+                done.set()
+
+    async with zmesh.Node("send-cost", name="sink", transport="inproc", discovery=False) as b:
+        b.agent("sink").add_handler("bench", on_msg, **_inline())
+        async with zmesh.Node("send-cost", name="src", transport="inproc", discovery=False,
+                              seeds=[b.endpoint]) as a:
+            src = a.agent("src")
+            await a.wait_for_agents("sink", timeout=10)
+            t0 = time.process_time()
+            for i in range(n):
+                await src.send("sink", "bench", encode(i, "data"))
+                if i % 1000 == 999:
+                    await asyncio.sleep(0)
+            if n:
+                await asyncio.wait_for(done.wait(), 120)
+            return (time.process_time() - t0) / max(n, 1)
+
+
+def main(argv: list[str]) -> int:
+    runs = {"sender": sender_only, "both": both_sides, "request": requests}
+    if len(argv) != 2 or argv[0] not in runs or not argv[1].isdigit():
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    cost = asyncio.run(runs[argv[0]](int(argv[1])))
+    print(f"{argv[0]}: {cost * 1e6:.2f} us CPU per message")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
