@@ -364,3 +364,43 @@ async def test_a_send_with_room_still_checks_its_timeout_and_the_node(transport:
         release.set()
         await closing
         assert [msg.payload for msg in got] == ["good"]
+
+
+async def test_senders_woken_together_never_lose_a_later_wait() -> None:
+    """Two senders wait for credit to one agent; one credit wakes both. The
+    first sends, finds the window closed again and waits anew before the
+    second resumes: the second's clean-up must not drop that new wait (it
+    did: the first sender then waited forever)."""
+    async with zmesh.Node("orphan", transport="inproc", discovery=False) as node:
+        a, b = node.agent("a"), node.agent("b")
+        node.agent("t").add_handler("x", lambda msg: None, inline=True)
+        engine, dispatch = node._engine, node._dispatch
+        tokens = [0]
+
+        def admit(target: str) -> str | None:  # the window, scripted: open for `tokens` messages
+            if tokens[0]:
+                tokens[0] -= 1
+                return engine.route(target)
+            return ""
+
+        engine.admit = admit  # type: ignore[method-assign]
+        engine.send_if_open = lambda msg, now: ""  # type: ignore[method-assign]
+
+        async def twice(agent: zmesh.Agent) -> None:
+            await agent.send("t", "x", 1)
+            await agent.send("t", "x", 2)  # the first to wake waits again here, at once
+
+        first = asyncio.ensure_future(twice(a))
+        second = asyncio.ensure_future(twice(b))
+        try:
+            await wait_for(lambda: len(dispatch._credit_waiters.get("t", ())) == 2, what="both wait")
+            tokens[0] = 1
+            dispatch.credit("t")  # wakes both: the first sends once and waits again
+            await wait_for(lambda: len(dispatch._credit_waiters.get("t", ())) == 2, what="both wait again")
+            tokens[0] = 3
+            dispatch.credit("t")
+            await asyncio.wait_for(asyncio.gather(first, second), 5)
+        finally:
+            for task in (first, second):
+                task.cancel()
+            await asyncio.gather(first, second, return_exceptions=True)

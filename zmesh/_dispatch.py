@@ -182,8 +182,10 @@ class Dispatch:
                     timer.cancel()
                 if future in waiters:
                     waiters.remove(future)
-                if not waiters:
-                    self._credit_waiters.pop(msg.target, None)
+                if not waiters and self._credit_waiters.get(msg.target) is waiters:
+                    # Only our own list: credit() may have taken it, and a sender it
+                    # woke may already wait again in a new one under the same target.
+                    del self._credit_waiters[msg.target]
 
     def credit(self, agent: str) -> None:
         """The engine says ``agent`` may take more from us (or its node left): wake its senders."""
