@@ -243,3 +243,46 @@ async def test_a_qos1_stream_survives_a_sigkilled_receiver_and_its_replacement(
         stats = node.stats()
         print(f"qos1 stream: {len(seen) - total} handled twice, {refused} sends refused, "
               f"{stats['retransmits']} retransmits", dict(node._engine.transitions))
+
+
+_FORKED_WORKER = """
+import asyncio, multiprocessing, os, sys, warnings
+import zmesh
+from zmesh.message import new_id
+warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads running: what users do
+
+def worker(endpoint, ids):
+    async def run():
+        async with zmesh.Node("forked", seeds=[endpoint], interfaces="local", discovery=False) as node:
+            await node.wait_for_agents("sink", timeout=10)
+            await node.agent("child").send("sink", "hello", new_id())
+            await node.settled()
+    asyncio.run(asyncio.wait_for(run(), 20))
+
+async def main():
+    got = asyncio.Queue()
+    async with zmesh.Node("forked", interfaces="local", discovery=False) as node:
+        node.agent("sink").add_handler("hello", got.put_nowait, inline=True)
+        mine = new_id()
+        child = multiprocessing.get_context("fork").Process(target=worker, args=(node.endpoint, None))
+        child.start()
+        msg = await asyncio.wait_for(got.get(), 20)
+        await asyncio.get_running_loop().run_in_executor(None, child.join, 20)
+        print(child.exitcode, mine[12:22], msg.payload[12:22], msg.id[12:22])
+
+asyncio.run(main())
+"""
+
+
+def test_a_node_in_a_forked_worker_joins_with_ids_of_its_own() -> None:
+    """multiprocessing's "fork" start method, with a node running in the
+    parent: the child's node makes its own ZeroMQ context (the parent's does
+    not work after fork) and joins; its message ids carry its own process tag."""
+    if not hasattr(os, "fork"):
+        pytest.skip("os.fork is POSIX only")
+    env = dict(os.environ, ZMESH_INTERFACES="127.0.0.1")
+    out = subprocess.run([sys.executable, "-c", _FORKED_WORKER], capture_output=True, text=True, timeout=50, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    exitcode, parent_tag, child_tag, child_msg_tag = out.stdout.split()
+    assert exitcode == "0"
+    assert child_tag == child_msg_tag != parent_tag

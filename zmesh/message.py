@@ -69,7 +69,18 @@ def new_request_id() -> str:
 _TRACE_BATCH = 256
 _ZERO_TRACE = "0" * 32
 _trace_ids: list[str] = []  # made a batch at a time: one list pop per message
-os.register_at_fork(after_in_child=_trace_ids.clear)  # a child must not reuse its parent's
+
+
+def _new_process() -> None:
+    """In a child of fork: ids of its own (a new process tag; none of the parent's trace ids)."""
+    global _PROCESS_TAG, _prefix_ms
+    _PROCESS_TAG = os.urandom(5).hex()
+    _prefix_ms = -1
+    _trace_ids.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_new_process)
 
 
 def new_trace_id() -> str:

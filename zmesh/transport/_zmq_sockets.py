@@ -8,6 +8,7 @@ counted, so tests can assert that none leaked.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from typing import Any, Iterator
 
@@ -35,6 +36,20 @@ _context: zmq.Context[Any] | None = None
 _context_users = 0
 _open_sockets = 0
 _ids = 0
+
+
+def _forget_the_parents_context() -> None:
+    """In a child of fork: the parent's context, its I/O threads and its
+    sockets did not come along; the child's first node makes its own."""
+    global lock, _context, _context_users, _open_sockets
+    lock = threading.Lock()
+    _context = None
+    _context_users = 0
+    _open_sockets = 0
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_the_parents_context)
 
 
 def open_sockets() -> int:
