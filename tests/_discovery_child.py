@@ -12,7 +12,7 @@ line (all times are ``time.monotonic()``, comparable across processes)::
     {"event": "gone", "node", "peer", "t"}
     {"event": "log", "node", "level", "msg", "stats"}  a discovery log line (e.g. ignored record)
     {"event": "refreshed", "node", "t"}                after a "refresh" line on stdin
-    {"event": "exit", "node", "stats"}
+    {"event": "exit", "node", "stats", "ignored": ["service name|reason", ...]}
 
 It exits on SIGTERM/SIGINT, on EOF of stdin when reading it, or after
 ``--duration`` seconds, whichever comes first.
@@ -132,7 +132,8 @@ async def main(args: argparse.Namespace) -> None:
         for server in servers:
             server.close()
             await server.wait_closed()
-        emit(event="exit", node=args.node, stats=discovery.stats)
+        ignored = sorted(f"{name}|{why}" for name, why in discovery._ignored)
+        emit(event="exit", node=args.node, stats=discovery.stats, ignored=ignored)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
