@@ -433,3 +433,29 @@ async def test_an_inline_handler_of_a_one_way_stream_is_contained_and_never_keep
         await wait_for(lambda: n2.stats()["by_agent"]["b"]["running"] == 0, what="no slot kept")
         assert n2.stats()["by_agent"]["b"]["handled"] == 200
         assert (await a.request("b", "work", 7, timeout=5)).payload is None  # the one slot is free
+
+
+async def test_closing_with_handlers_not_yet_started_leaves_no_unawaited_coroutine() -> None:
+    """A node closed while its async handlers' Tasks have not taken a first
+    step (Python < 3.12 starts them later): their coroutines are closed, so
+    Python never warns that one was never awaited."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        async with Mesh("inproc") as m:
+            node = await m.node()
+            a, slow = node.agent("a"), node.agent("slow", concurrency=4)
+            started = asyncio.Event()
+
+            async def handler(msg: Message) -> None:
+                started.set()
+
+            slow.add_handler("t", handler)
+            for i in range(50):
+                await a.send("slow", "t", i)
+            await started.wait()
+            await node.close()
+        gc.collect()
+    never = [str(w.message) for w in caught if "never awaited" in str(w.message)]
+    assert not never, never

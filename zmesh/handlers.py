@@ -224,4 +224,7 @@ def finish(result: Any, done: Done, failed: Failed, extra: Any, tasks: HandlerTa
             return
     else:
         task = loop.create_task(wrapped)
+        # Cancelled (the node closes) before its first step, the task never
+        # awaits the handler's coroutine: close it, or Python warns it was never awaited.
+        task.add_done_callback(lambda t, coro=result: coro.close() if t.cancelled() else None)
     tasks.add(task)
