@@ -210,6 +210,11 @@ def _thread_finished(
         failed(value, extra)
 
 
+def _close_if_cancelled(coro: Coroutine[Any, Any, Any], task: asyncio.Task[None]) -> None:
+    if task.cancelled():
+        coro.close()
+
+
 def finish(result: Any, done: Done, failed: Failed, extra: Any, tasks: HandlerTasks) -> None:
     """What :func:`run_handler` does with a handler's return value (a coroutine is awaited in a Task)."""
     if result.__class__ is not CoroutineType and (result is None or not asyncio.iscoroutine(result)):
@@ -226,5 +231,5 @@ def finish(result: Any, done: Done, failed: Failed, extra: Any, tasks: HandlerTa
         task = loop.create_task(wrapped)
         # Cancelled (the node closes) before its first step, the task never
         # awaits the handler's coroutine: close it, or Python warns it was never awaited.
-        task.add_done_callback(lambda t, coro=result: coro.close() if t.cancelled() else None)
+        task.add_done_callback(functools.partial(_close_if_cancelled, result))
     tasks.add(task)
