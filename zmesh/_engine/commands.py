@@ -98,13 +98,11 @@ class Commands(Outbound):
             return None
         flow = self.flow
         out = flow.out.get((route, target))
-        if out is None:
-            if not flow.is_open(route, target):
-                return ""
+        if out is None:  # nothing sent there yet: its window is open
             self._send_routed(msg, route, now)
             return route
-        # The common case of a send loop, once per message: flow.has_room,
-        # _send_routed, Flow.sent and encode, inline.
+        # The common case of a send loop, once per message: Flow.is_open's
+        # test, then _send_routed (encode and Flow.sent included), inline.
         outstanding = out.sent - out.taken
         if not (outstanding < flow.window and (out.bytes < flow.window_bytes or outstanding == 0)):
             if not flow.is_open(route, target):
@@ -144,19 +142,12 @@ class Commands(Outbound):
         self._send_routed(msg, route, self._now if now is None else now)
         return True
 
-    def _send_routed(self, msg: Message, route: str, now: float, out: Any = None) -> None:
-        """``out``: the flow's record for (route, target) if the caller has it."""
+    def _send_routed(self, msg: Message, route: str, now: float) -> None:
         item = self.encode(msg, route)
         if msg.qos:
             self.reliable.track(msg, item, route, now)
         size = len(item)
-        if out is None:
-            self.flow.sent(route, msg.target, size)
-        else:  # Flow.sent, inline: once per message of a send loop
-            out.sent += 1
-            if size > self.flow.big:
-                out.sizes.append((out.sent, size))
-                out.bytes += size
+        self.flow.sent(route, msg.target, size)
         self.enqueue(route, item, size)
         self.messages_sent += 1
 

@@ -85,11 +85,6 @@ class Flow:
 
     # -- sending -----------------------------------------------------------
 
-    def has_room(self, out: _Out) -> bool:
-        """Is ``out``'s window open? (:meth:`is_open` without the lookup or the BLOCKED.)"""
-        outstanding = out.sent - out.taken
-        return outstanding < self.window and (out.bytes < self.window_bytes or outstanding == 0)
-
     def is_open(self, node: str, agent: str) -> bool:
         """May one more message go to ``agent`` on ``node``? When not, the
         receiver is told once that we wait (a CREDIT effect wakes us)."""
