@@ -340,6 +340,9 @@ async def test_zmq_keyed_a_trusted_key_cannot_take_over_another_nodes_routing_id
             b = await m.node(key=b_key)
             a.agent("echo").add_handler("x", lambda msg: msg.payload)
             await b.wait_for_agents("echo", timeout=10)
+            # b seeing a is not a having accepted b: wait for both, or "b not
+            # in a.peers" below holds before the forgery and proves nothing.
+            await wait_for(lambda: b.id in a.peers, 10, "a accepts b")
             x = load_key(x_key)
             forger.setsockopt(zmq.LINGER, 0)
             forger.curve_serverkey = a.public_key.encode()  # type: ignore[union-attr]
