@@ -68,6 +68,15 @@ async def main(agent_id: str, mesh: str, seed: str, name: str) -> None:
             me.claim(msg.payload)
             return sorted(me.tasks)
 
+        @me.on("find")
+        def find(msg: zmesh.Message) -> Any:
+            return node.registry.find("summarize")
+
+        @me.on("capabilities")
+        def set_capabilities(msg: zmesh.Message) -> Any:
+            me.capabilities = msg.payload  # republished to every peer at once
+            return list(me.capabilities)
+
         @me.on_handoff
         def accept(h: zmesh.Handoff) -> bool:
             return True

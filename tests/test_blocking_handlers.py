@@ -13,7 +13,7 @@ import pytest
 
 import zmesh
 
-from .helpers import Mesh
+from .helpers import Mesh, wait_for
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -50,3 +50,43 @@ def test_the_guide_warns_against_blocking_in_async_handlers() -> None:
     start = text.index("**Warning: never make a blocking call in an `async def` handler.**")
     warning = text[start:text.index("Where a handler runs", start)]
     assert "event loop" in warning and "plain `def`" in warning and "asyncio.to_thread" in warning
+
+
+async def test_a_plain_handler_runs_as_many_calls_at_once_as_its_agents_concurrency() -> None:
+    # More than any machine's default pool (min(32, CPUs + 4)): each agent has threads of its own.
+    concurrency = 40
+    barrier = threading.Barrier(concurrency, timeout=10)
+    async with Mesh("inproc") as m:
+        node = await m.node()
+        a, worker = node.agent("a"), node.agent("w", concurrency=concurrency)
+
+        @worker.on("llm.call")
+        def call(msg: zmesh.Message) -> int:  # a sync SDK call that waits on the network
+            return barrier.wait()  # BrokenBarrierError unless all 40 run at once
+
+        replies = await asyncio.gather(*(a.request("w", "llm.call", timeout=20) for _ in range(concurrency)))
+        assert sorted(r.payload for r in replies) == list(range(concurrency))
+
+
+async def test_load_reports_handlers_waiting_for_a_thread_apart_from_running_ones() -> None:
+    release = threading.Event()
+    async with Mesh("inproc") as m:
+        node = await m.node(workers=2)  # one shared pool of two threads
+        a, worker = node.agent("a"), node.agent("w", concurrency=4)
+
+        @worker.on("slow")
+        def slow(msg: zmesh.Message) -> None:
+            release.wait(10)
+
+        requests = [asyncio.ensure_future(a.request("w", "slow", timeout=20)) for _ in range(4)]
+
+        def load() -> tuple[int, int]:
+            figures = node.stats()["by_agent"]["w"]
+            return figures["running"], figures["waiting_for_thread"]
+
+        try:
+            await wait_for(lambda: load() == (2, 2), 10, "two running, two waiting for a thread")
+        finally:
+            release.set()
+        await asyncio.gather(*requests)
+        assert load() == (0, 0)

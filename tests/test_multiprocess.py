@@ -182,6 +182,23 @@ async def test_restart_with_the_same_name_replaces_the_old_incarnation(procs: Pr
         assert kinds == RESTART_SEEN[layer], kinds
 
 
+async def test_capabilities_an_agent_assigns_itself_reach_the_other_processes(procs: Procs) -> None:
+    async with zmesh.Node(procs.mesh, discovery=False, liveness=FAST) as node:
+        ctl = node.agent("ctl")
+        procs.start("W", node.endpoint)
+        procs.start("X", node.endpoint)
+        await node.wait_for_agents("W", "X", timeout=20)
+        assert node.registry.find("worker") == ["W", "X"]
+        # W switches model: nothing else changes in its record (no subscribe).
+        reply = await ctl.request("W", "capabilities", ["summarize", "model:small"], timeout=10)
+        assert reply.payload == ["summarize", "model:small"]
+        await node.wait_until(lambda: node.registry.find("summarize") == ["W"], 10, "W's new capabilities here")
+        assert node.registry.find("worker") == ["X"]
+        assert node.registry.agents()["W"].capabilities == ("summarize", "model:small")
+        # X, a third process, sees it too: its "ask" handler finds W by the new capability.
+        await wait_for_payload(ctl, "X", "find", ["W"])
+
+
 async def wait_for_registry(ctl: zmesh.Agent, agent: str, expected: set[str]) -> None:
     """Wait until ``agent``'s own node sees ``expected`` among its agents."""
     deadline = time.monotonic() + 15

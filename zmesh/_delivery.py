@@ -52,12 +52,14 @@ class Delivery:
 
     def add_agent(self, agent_id: str, concurrency: int, max_count: int, max_bytes: int) -> None:
         self.inboxes[agent_id] = Inbox(concurrency, max_count, max_bytes)
+        self.tasks.add_pool(agent_id, concurrency)
 
     def remove_agent(self, agent_id: str) -> None:
         """The agent left: what waits in its inbox is dead-lettered (and answered)."""
         inbox = self.inboxes.pop(agent_id, None)
         if inbox is None:
             return
+        self.tasks.remove_pool(agent_id)
         self.stats["handled"] += inbox.handled  # the node's total keeps what the agent handled
         for entry in inbox.drain():
             self._taken(agent_id, entry)
@@ -158,7 +160,8 @@ class Delivery:
                     return
                 finish(result, self._handler_done, self._handler_failed, (agent, entry), self.tasks)
                 return
-            run_handler(handler, msg, self._handler_done, self._handler_failed, self.tasks, (agent, entry), mode)
+            run_handler(handler, msg, self._handler_done, self._handler_failed, self.tasks, (agent, entry), mode,
+                        agent.id)
         finally:
             trace_var.reset(token)
 
@@ -166,7 +169,7 @@ class Delivery:
              extra: tuple[Agent, Entry]) -> None:
         token = trace_var.set(extra[1].msg.trace_id)
         try:
-            run_handler(handler, arg, done, self._handler_failed, self.tasks, extra, mode)
+            run_handler(handler, arg, done, self._handler_failed, self.tasks, extra, mode, extra[0].id)
         finally:
             trace_var.reset(token)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable
@@ -44,6 +45,16 @@ Key = tuple[str, str]
 #: ``await send()`` lets the loop run once per this many sends, so a send
 #: loop never starves the node (draining, replies, timers) it runs on.
 YIELD_EVERY = 256
+#: A target no node hosts may be one this node is about to learn of: a send
+#: or request to it waits (within its own timeout) while the node joins, and
+#: for LEARN_WINDOW s after a peer joined, whose agents may be a record update
+#: behind; with mDNS, for the node's first DISCOVERY_WINDOW s (announcing and
+#: hearing answers takes about 1.2 s). Real seconds, whatever the node's clock:
+#: it is how long the network takes, not a protocol timer.
+LEARN_WINDOW = 0.5
+DISCOVERY_WINDOW = 3.0
+#: How often such a wait looks again, at least (real seconds; every mesh event wakes it too).
+KNOWN_RECHECK = 0.25
 
 
 class AgentPort:
@@ -71,7 +82,7 @@ class AgentPort:
 
 class Dispatch:
     def __init__(
-        self, node: Node, engine: Engine, driver: Driver, dead_letter_capacity: int, workers: int
+        self, node: Node, engine: Engine, driver: Driver, dead_letter_capacity: int, workers: int | None
     ) -> None:
         self._node = node
         self._engine = engine
@@ -125,9 +136,15 @@ class Dispatch:
         route = engine.send_if_open(msg, started)
         if not route:
             started = started or driver.now()
+            deadline = None if timeout is None else started + timeout
             if route is None:
-                raise self._not_found(msg, kind, started, dead_letter)
-            route = await self._wait_credit(msg, kind, started, None if timeout is None else started + timeout)
+                # Without a timeout of its own, a send waits for its target no longer than a settle.
+                known_by = started + (self._node.settle_timeout if timeout is None else timeout)
+                route = await self._wait_known(msg, known_by)
+                if route is None:
+                    raise self._not_found(msg, kind, started, dead_letter)
+            if not route:
+                route = await self._wait_credit(msg, kind, started, deadline)
             engine.send(msg, route, started)
         if engine.effects or not driver._flush_scheduled:
             driver.pump()
@@ -187,6 +204,44 @@ class Dispatch:
                     # woke may already wait again in a new one under the same target.
                     del self._credit_waiters[msg.target]
 
+    async def _wait_known(self, msg: Message, deadline: float) -> str | None:
+        """No node hosts ``msg.target`` yet, but this node may be about to learn
+        of one (see :meth:`learning_until`): wait for it until then, or until
+        ``deadline``. Its route as :meth:`Engine.admit` gives it, or None."""
+        clock = self._clock
+        watch = self._driver.watch
+        first = True
+        while True:
+            left = deadline - clock.monotonic()
+            learning = self.learning_until() - time.monotonic()
+            if left <= 0 or learning <= 0:
+                return None
+            if first:
+                first = False
+                self.stats["unknown_target_waits"] += 1
+            # Woken by every mesh event (an agent or peer joined); re-checked at
+            # least every KNOWN_RECHECK s, as a knock given up on says nothing.
+            await watch.changed(clock, left, min(learning, KNOWN_RECHECK))
+            if self._node.closed:
+                raise NodeClosed(f"node {self._node.id!r} is closed")
+            route = self._engine.admit(msg.target)
+            if route is not None:
+                return route
+
+    def learning_until(self) -> float:
+        """Until when (``time.monotonic()``) an agent id no node hosts may be one
+        this node is about to learn of: no limit while it joins (a seed or a
+        member heard of has not answered yet), else LEARN_WINDOW after a peer
+        last joined, and with mDNS its first DISCOVERY_WINDOW s. Past that, a
+        send or request to an unknown agent fails at once."""
+        if self._node.joining:
+            return math.inf
+        driver = self._driver
+        until = driver.watch.last_joined + LEARN_WINDOW
+        if driver.discovery is not None:
+            until = max(until, driver.started_at + DISCOVERY_WINDOW)
+        return until
+
     def credit(self, agent: str) -> None:
         """The engine says ``agent`` may take more from us (or its node left): wake its senders."""
         for future in self._credit_waiters.pop(agent, ()):
@@ -203,7 +258,9 @@ class Dispatch:
         if dead_letter:
             self.dead(msg, "not_found")
         self.receipt(kind, "not_found", started, msg, "AgentNotRegistered")
-        return AgentNotRegistered(f"no node in mesh {self._node.mesh!r} hosts agent {msg.target!r}")
+        waited = self._clock.monotonic() - started
+        why = f" (waited {waited:.3g} s for it to appear, as this node had just started or joined)" if waited >= 0.001 else ""
+        return AgentNotRegistered(f"no node in mesh {self._node.mesh!r} hosts agent {msg.target!r}{why}")
 
     async def _redeliver(self, msg: Message) -> None:
         if msg.sender not in self._node._agents and msg.target not in self._node._agents:
@@ -223,8 +280,11 @@ class Dispatch:
         route = self._engine.admit(msg.target)
         if not route:
             if route is None:
-                raise self._not_found(msg, kind, started)
-            route = await self._wait_credit(msg, kind, started, started + timeout)
+                route = await self._wait_known(msg, started + timeout)
+                if route is None:
+                    raise self._not_found(msg, kind, started)
+            if not route:
+                route = await self._wait_credit(msg, kind, started, started + timeout)
         key = self._engine.request(msg, started + timeout, self._driver.now(), route)
         if key is None:
             raise self._not_found(msg, kind, started)

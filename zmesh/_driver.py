@@ -57,6 +57,8 @@ class Driver:
         self.discovery: MdnsDiscovery | None = None
         self.in_drain = False
         self.running = False
+        #: When (``time.monotonic()``, whatever the node's clock) the node started.
+        self.started_at = -math.inf
         self.tasks: set[asyncio.Task[Any]] = set()
         self._links: dict[int, Link] = {}
         self._timer: TimerHandle | None = None
@@ -67,6 +69,7 @@ class Driver:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.running = True
+        self.started_at = time.monotonic()
 
     def stop(self) -> None:
         """No more timers; links are closed by :meth:`close_links`."""

@@ -9,10 +9,12 @@ a topic word.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from .errors import InvalidMessage
 
-__all__ = ["check_name", "check_agent_id", "printable", "node_address", "MAX_AGENT_ID", "MAX_NAME",
-           "NODE_ADDRESS_PREFIX"]
+__all__ = ["check_name", "check_agent_id", "check_capabilities", "printable", "node_address", "MAX_AGENT_ID",
+           "MAX_NAME", "NODE_ADDRESS_PREFIX"]
 
 MAX_NAME = 64  # mesh and node names (characters)
 MAX_AGENT_ID = 256  # characters
@@ -51,6 +53,17 @@ def check_agent_id(agent_id: object) -> str:
             "(use '-' or '_' to separate words)"
         )
     return agent_id
+
+
+def check_capabilities(capabilities: Iterable[str]) -> tuple[str, ...]:
+    """``capabilities`` as a tuple; ValueError unless it is an iterable of non-empty strings."""
+    if isinstance(capabilities, (str, bytes)):
+        raise ValueError(f"capabilities must be an iterable of strings, not one string: "
+                         f"use ({capabilities!r},) for one capability")
+    caps = tuple(capabilities)
+    if any(not isinstance(c, str) or not c for c in caps):
+        raise ValueError(f"capabilities must be non-empty strings, got {caps!r}")
+    return caps
 
 
 def node_address(node_id: str) -> str:

@@ -144,7 +144,7 @@ class TracedDispatch(Dispatch):
     """Dispatch with a span around every send, request, delegate, handoff and broadcast."""
 
     def __init__(
-        self, tracing: Any, node: Node, engine: Engine, driver: Driver, dead_letter_capacity: int, workers: int
+        self, tracing: Any, node: Node, engine: Engine, driver: Driver, dead_letter_capacity: int, workers: int | None
     ) -> None:
         self.tracer = tracer_for(tracing)
         super().__init__(node, engine, driver, dead_letter_capacity, workers)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._inbox import Inbox
+from .handlers import HandlerTasks
 from ._names import node_address
 from ._remote import reply_error
 from .errors import InvalidMessage, ZmeshError
@@ -32,7 +33,7 @@ COUNTERS = (
     "messages_sent", "messages_received", "requests_sent", "broadcasts", "late_replies",
     "handled", "handler_errors", "frames_sent", "frames_received", "bytes_sent", "bytes_received",
     "frames_published", "bytes_published", "heartbeats_published", "items_to_departed_peers",
-    "events_overflowed", "credit_waits", "credit_reports", "backpressure_waits", "backpressure_timeouts",
+    "events_overflowed", "credit_waits", "credit_reports", "backpressure_waits", "backpressure_timeouts", "unknown_target_waits",
     "retransmits", "duplicates", "qos_expired", "store_errors",
 )
 
@@ -40,21 +41,28 @@ COUNTERS = (
 STATS_TOPIC = "zmesh.stats"
 
 
-def agent_stats(inboxes: dict[str, Inbox]) -> dict[str, dict[str, int]]:
-    """``stats()["by_agent"]``: each hosted agent's counters and inbox, by id."""
-    return {
-        agent_id: {
+def agent_stats(inboxes: dict[str, Inbox], tasks: HandlerTasks) -> dict[str, dict[str, int]]:
+    """``stats()["by_agent"]``: each hosted agent's counters and inbox, by id.
+
+    ``running`` counts the handlers running now; ``waiting_for_thread`` the
+    plain ones started but waiting for a thread of a full worker pool
+    (``Node(workers=N)``), which a least-loaded pick must count as load too.
+    """
+    out: dict[str, dict[str, int]] = {}
+    for agent_id, inbox in inboxes.items():
+        waiting = tasks.waiting_for_thread(agent_id)
+        out[agent_id] = {
             "handled": inbox.handled,
             "inbox": len(inbox),
             "inbox_bytes": inbox.bytes,
-            "running": inbox.running,
+            "running": inbox.running - waiting,
+            "waiting_for_thread": waiting,
             "dropped": inbox.dropped,
             "dead_letters": inbox.dead_letters,
             "concurrency": inbox.concurrency,
             "inbox_size": inbox.max_count,
         }
-        for agent_id, inbox in inboxes.items()
-    }
+    return out
 
 
 def node_stats(node: Node) -> dict[str, Any]:
@@ -67,7 +75,7 @@ def node_stats(node: Node) -> dict[str, Any]:
     out["messages_received"] = engine.messages_received
     out.update(node._watch.stats)
     out.update(dispatch.stats)
-    by_agent = agent_stats(dispatch.delivery.inboxes)
+    by_agent = agent_stats(dispatch.delivery.inboxes, dispatch.tasks)
     # What agents that left handled, and what each present one has.
     out["handled"] = dispatch.stats["handled"] + sum(a["handled"] for a in by_agent.values())
     out["dropped"] = dict(engine.dropped)

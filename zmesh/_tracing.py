@@ -19,7 +19,7 @@ OTEL_HINT = "pip install 'zmesh-agents[otel]'"
 
 
 def make_dispatch(
-    tracing: Any, node: Node, engine: Engine, driver: Driver, dead_letter_capacity: int, workers: int
+    tracing: Any, node: Node, engine: Engine, driver: Driver, dead_letter_capacity: int, workers: int | None
 ) -> Dispatch:
     """``tracing``: False (no spans), True (spans through OpenTelemetry's global
     TracerProvider, also one set after the node was made) or a TracerProvider."""

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import Counter
 from typing import AsyncIterator, Callable
 
+from .clock import Clock
 from .registry import MeshEvent
 
 __all__ = ["Watch"]
 
 log = logging.getLogger("zmesh")
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class Watch:
@@ -23,6 +30,8 @@ class Watch:
         self._queues: list[asyncio.Queue[MeshEvent]] = []
         self._waiters: list[asyncio.Future[None]] = []
         self.stats: Counter[str] = Counter()
+        #: When (``time.monotonic()``) a peer last joined (or rejoined, restarted).
+        self.last_joined = -math.inf
 
     def events(self, maxsize: int) -> AsyncIterator[MeshEvent]:
         queue: asyncio.Queue[MeshEvent] = asyncio.Queue(maxsize)
@@ -43,11 +52,15 @@ class Watch:
 
     def emit(self, event: MeshEvent) -> None:
         log.debug("zmesh %s: %s", self._node_id, event)
+        if event.kind == "peer_joined" or event.kind == "peer_restarted":
+            self.last_joined = time.monotonic()
         for queue in self._queues:
             if queue.full():
                 queue.get_nowait()
                 self.stats["events_overflowed"] += 1
             queue.put_nowait(event)
+        if self._waiters:
+            self.wake()  # what they wait for may have come with it (an agent joined)
 
     def end(self) -> None:
         """The node closed: end every events() iterator and wake every waiter."""
@@ -74,6 +87,23 @@ class Watch:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
         return True
+
+    async def changed(self, clock: Clock, timeout: float, real_timeout: float) -> None:
+        """Wait for the next :meth:`wake` (an event, an acknowledgement), or
+        ``timeout`` s on ``clock``, or ``real_timeout`` real seconds, whichever
+        comes first."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(waiter)
+        timer = clock.call_later(timeout, _resolve, waiter)
+        real_timer = loop.call_later(real_timeout, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            real_timer.cancel()
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
 
     def wake(self) -> None:
         waiters, self._waiters = self._waiters, []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, TypeVar, Union
 
+from ._names import check_capabilities
 from ._routes import Routes
 from .clock import Clock
 from .errors import InvalidMessage, NodeClosed
@@ -95,7 +96,7 @@ class Agent:
         self.node = node
         self._host = host
         self.id = agent_id
-        self.capabilities = capabilities
+        self._capabilities = capabilities
         self._routes = routes = Routes()  # its on() handlers and its subscriptions
         #: The ``on()`` handler that takes a topic and where it runs ("async", "thread" or "inline").
         self.handler_entry: Callable[[str], tuple[Handler, str] | None] = routes.handler_entry
@@ -106,6 +107,25 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"<zmesh.Agent {self.id!r} on {self.node.id!r}>"
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """What this agent says it can do, in the registry (``registry.find``).
+
+        Assigning new ones (any iterable of non-empty strings) republishes the
+        agent's record to every peer at once: a worker that switches model
+        can say so. ``await node.settled()`` waits until every peer has it.
+        """
+        return self._capabilities
+
+    @capabilities.setter
+    def capabilities(self, capabilities: Iterable[str]) -> None:
+        caps = check_capabilities(capabilities)
+        if self._closed:
+            raise NodeClosed(f"agent {self.id!r} is closed")
+        if caps != self._capabilities:
+            self._capabilities = caps
+            self._host.changed(self)
 
     # -- handlers --------------------------------------------------------
 

@@ -1,9 +1,12 @@
 """Running user handlers where they belong, as Python web frameworks do.
 
 * An ``async def`` handler is an ordinary asyncio Task on the node's loop.
-* A plain ``def`` handler runs in the node's bounded worker pool (threads),
-  so a blocking call in it (a sync SDK, ``time.sleep``, CPU work) never
-  stops the loop. Its context (the trace id) goes with it.
+* A plain ``def`` handler runs in a bounded worker pool (threads), so a
+  blocking call in it (a sync SDK, ``time.sleep``, CPU work) never stops
+  the loop. Its context (the trace id) goes with it. By default each agent
+  has a pool of its own, as many threads as its ``concurrency``, so an
+  I/O-bound handler (a sync LLM call) runs that many calls at once;
+  ``Node(workers=N)`` shares one pool of N threads among all agents.
 * A plain handler registered with ``inline=True`` is called on the loop:
   the cheapest path, for handlers known to be quick.
 
@@ -49,7 +52,7 @@ _EAGER = sys.version_info >= (3, 12)
 ASYNC = "async"
 THREAD = "thread"
 INLINE = "inline"
-#: Threads in a node's worker pool by default (what ThreadPoolExecutor picks).
+#: Threads of the shared pool of plain handlers run for no agent's pool (what ThreadPoolExecutor picks).
 DEFAULT_WORKERS = min(32, (os.cpu_count() or 1) + 4)
 #: How long close() waits for plain handlers still running in the pool.
 CLOSE_GRACE = 5.0
@@ -86,14 +89,21 @@ Failed = Callable[[BaseException, Any], None]
 
 
 class HandlerTasks:
-    """The handlers of one node still running (Tasks and pool threads), and its worker pool."""
+    """The handlers of one node still running (Tasks and pool threads), and its worker pools.
 
-    __slots__ = ("_tasks", "_threads", "_pool", "workers", "closing", "node_id")
+    ``workers`` None: a pool per agent (see :meth:`add_pool`), as many threads
+    as the agent's concurrency; an int: one pool of that many, shared.
+    Threads start only when a plain handler needs one.
+    """
 
-    def __init__(self, workers: int = DEFAULT_WORKERS, node_id: str = "") -> None:
+    __slots__ = ("_tasks", "_threads", "_pools", "_sizes", "workers", "closing", "node_id")
+
+    def __init__(self, workers: int | None = None, node_id: str = "") -> None:
         self._tasks: set[asyncio.Task[None]] = set()
-        self._threads: set[concurrent.futures.Future[Any]] = set()
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        #: The pool work not finished yet, by the key of the pool it was submitted for.
+        self._threads: dict[str, set[concurrent.futures.Future[Any]]] = {}
+        self._pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
+        self._sizes: dict[str, int] = {}
         self.workers = workers
         self.closing = False
         self.node_id = node_id
@@ -102,15 +112,41 @@ class HandlerTasks:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
-        if self._pool is None:  # a node with no plain handlers starts no thread
-            self._pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=self.workers, thread_name_prefix=f"zmesh-handler-{self.node_id}"
-            )
-        future = self._pool.submit(fn, *args)
-        self._threads.add(future)
-        future.add_done_callback(self._threads.discard)
+    def add_pool(self, key: str, size: int) -> None:
+        """Plain handlers submitted for ``key`` (an agent id) get ``size`` threads of their own."""
+        self._sizes[key] = size
+
+    def remove_pool(self, key: str) -> None:
+        """``key``'s agent left: its idle threads end, running ones once they return."""
+        self._sizes.pop(key, None)
+        if not self._threads.get(key):
+            self._threads.pop(key, None)
+        pool = self._pools.pop(key, None)
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+    def submit(self, key: str, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        """Run ``fn(*args)`` in ``key``'s pool (the shared one with ``workers`` set, or for an unknown key)."""
+        pool_key = key if self.workers is None and key in self._sizes else ""
+        pool = self._pools.get(pool_key)
+        if pool is None:  # a node with no plain handlers starts no thread
+            size = self._sizes[pool_key] if pool_key else (self.workers or DEFAULT_WORKERS)
+            name = f"zmesh-handler-{self.node_id}" + (f"-{pool_key}" if pool_key else "")
+            pool = self._pools[pool_key] = concurrent.futures.ThreadPoolExecutor(size, name)
+        future = pool.submit(fn, *args)
+        futures = self._threads.get(key)
+        if futures is None:
+            futures = self._threads[key] = set()
+        futures.add(future)
+        future.add_done_callback(futures.discard)  # (in the worker thread: set.discard holds the GIL)
         return future
+
+    def waiting_for_thread(self, key: str) -> int:
+        """How many of ``key``'s plain handlers wait for a free thread of their pool."""
+        futures = self._threads.get(key)
+        if not futures:
+            return 0
+        return sum(1 for f in futures.copy() if not (f.running() or f.done()))
 
     async def cancel_all(self) -> None:
         """Cancel every running handler Task, but the one calling this, and wait
@@ -123,19 +159,19 @@ class HandlerTasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        running = [asyncio.wrap_future(f) for f in self._threads]
+        pools, self._pools = list(self._pools.values()), {}
+        running = [asyncio.wrap_future(f) for futures in self._threads.values() for f in futures.copy()]
         if running:
             _, late = await asyncio.wait(running, timeout=CLOSE_GRACE)
             if late:
                 log.warning("zmesh %s: closing with %d plain handler(s) still running in the pool; "
                             "their results are dropped, and the process cannot exit until they return",
                             self.node_id, len(late))
-                pool.shutdown(wait=False, cancel_futures=True)
+                for pool in pools:
+                    pool.shutdown(wait=False, cancel_futures=True)
                 return
-        pool.shutdown(wait=True)  # idle workers exit at once
+        for pool in pools:
+            pool.shutdown(wait=True)  # idle workers exit at once
 
 
 async def _guarded(
@@ -171,15 +207,17 @@ def run_handler(
     tasks: HandlerTasks,
     extra: Any = None,
     mode: str = INLINE,
+    pool: str = "",
 ) -> None:
     """Run ``handler(arg)`` by ``mode``; report ``done(result, extra)`` or ``failed(exc, extra)``.
 
     Runs in the caller's context (set the trace id around the call): a
-    coroutine handler's Task and a pool thread copy that context.
+    coroutine handler's Task and a pool thread copy that context. A THREAD
+    handler runs in ``tasks``' pool for ``pool`` (an agent id).
     """
     if mode == THREAD:
         loop = asyncio.get_running_loop()
-        future = tasks.submit(contextvars.copy_context().run, _call_plain, handler, arg)
+        future = tasks.submit(pool, contextvars.copy_context().run, _call_plain, handler, arg)
 
         def back(f: concurrent.futures.Future[Any]) -> None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more

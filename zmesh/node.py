@@ -23,7 +23,7 @@ from ._context import current_trace_id, trace_context
 from ._driver import Driver
 from ._engine import Engine, EngineConfig
 from ._engine.identity import parse_policy
-from ._names import check_agent_id, check_name
+from ._names import check_agent_id, check_capabilities, check_name
 from ._run import track, untrack
 from ._stats import answer, ask, node_stats
 from ._tracing import make_dispatch
@@ -33,7 +33,6 @@ from .clock import Clock, SystemClock
 from .deadletters import DeadLetters
 from ._inbox import DEFAULT_CONCURRENCY, DEFAULT_INBOX, DEFAULT_INBOX_BYTES
 from .errors import AgentExists, NodeClosed, Timeout, TransportError, ZmeshError
-from .handlers import DEFAULT_WORKERS
 from .liveness import LivenessConfig
 from .observer import Observer
 from .registry import MeshEvent, Registry
@@ -108,7 +107,7 @@ class Node:
         dead_letter_capacity: int = 1024,
         liveness: LivenessConfig | None = None,
         settle_timeout: float = 5.0,
-        workers: int = DEFAULT_WORKERS,
+        workers: int | None = None,
         store: str | os.PathLike[str] | Store | None = None,
         port: int = 0,
         pub_port: int = 0,
@@ -125,7 +124,8 @@ class Node:
             check_name("node", name)
         if not isinstance(max_payload, int) or max_payload < 1:
             raise ValueError("max_payload must be a positive number of bytes")
-        _check_count("workers", workers)
+        if workers is not None:
+            _check_count("workers", workers)
         for hook, what in ((encoder, "encoder"), (decoder, "decoder")):
             if hook is not None and not callable(hook):
                 raise TypeError(f"{what} must be callable or None, got {hook!r}")
@@ -290,12 +290,12 @@ class Node:
         """Is this started node still knocking on, or shaking hands with, a
         member it was given (a seed) or heard of? The first member's HELLO
         names the others; until each has answered, the registry misses them.
-        A seed that is down keeps this True while it is knocked on."""
+        A seed that is down keeps this True while it is knocked on (and is
+        logged as a warning after a few knocks); a lost peer knocked on again
+        in case it comes back does not."""
         if not self._started or self._closed:
             return False
-        members = self._engine.members
-        return self._seeds_pending or any(k.state == "knocking" for k in members.knocks.values()) or any(
-            not p.joined for p in members.peers.values())
+        return self._seeds_pending or self._engine.joining
 
     @property
     def uptime(self) -> float:
@@ -392,9 +392,7 @@ class Node:
         _check_count("inbox_size", inbox_size)
         _check_count("inbox_bytes", inbox_bytes)
         check_agent_id(agent_id)
-        caps = tuple(capabilities)
-        if any(not isinstance(c, str) or not c for c in caps):
-            raise ValueError(f"capabilities must be non-empty strings, got {caps!r}")
+        caps = check_capabilities(capabilities)
         if agent_id in self._agents:
             raise AgentExists(f"agent {agent_id!r} is already registered on this node")
         other = self.registry.node_of(agent_id)

@@ -10,7 +10,7 @@ from ..liveness import LivenessConfig
 from ..message import new_id
 
 __all__ = ["EngineConfig", "LOCAL", "BATCH_BYTES", "MAX_LOGGED_DROPS", "HEADER_ALLOWANCE", "first_endpoint",
-           "SEED_RETRY", "SEED_RETRY_MAX", "DISCOVERED_PATIENCE", "LOST_PATIENCE", "MAX_READY_KEYS",
+           "SEED_RETRY", "SEED_RETRY_MAX", "SEED_SILENT_HELLOS", "DISCOVERED_PATIENCE", "LOST_PATIENCE", "MAX_READY_KEYS",
            "REDISCOVER_MIN", "REDISCOVER_MAX", "MAX_REFUSALS_PER_SECOND", "MAX_KNOCKING", "MAX_WAITING", "MAX_CONNECTING", "CREDIT_WINDOW", "CREDIT_WINDOW_BYTES"]
 
 LOCAL = "\x00local"  # outbox key of this node's own agents
@@ -30,6 +30,7 @@ CREDIT_WINDOW_BYTES = 8 << 20
 # Knocking and looking for peers (seconds).
 SEED_RETRY = 1.0
 SEED_RETRY_MAX = 10.0
+SEED_SILENT_HELLOS = 3  # a seed that has not answered this many HELLOs (2.5 s) is warned about, once
 DISCOVERED_PATIENCE = 10.0  # an endpoint heard of second-hand is not knocked on forever
 LOST_PATIENCE = 300.0  # a peer that went silent is knocked on this long (a cut link may heal)
 REDISCOVER_MIN = 10.0  # while knocking on a lost peer, refresh discovery after this ...

@@ -208,6 +208,15 @@ class Engine(Commands):
 
     # -- joining ---------------------------------------------------------
 
+    @property
+    def joining(self) -> bool:
+        """Knocking on a seed or an endpoint heard of, or shaking hands with a
+        peer. (A lost peer knocked on again in case it comes back is not
+        joining: its agents left the registry with it.)"""
+        members = self.members
+        return any(k.state == "knocking" and not k.node_id for k in members.knocks.values()) or any(
+            not p.joined for p in members.peers.values())
+
     def connect(self, endpoint: str, now: float) -> None:
         """Join through a member's router endpoint (a seed): knock until it answers."""
         self._now = now

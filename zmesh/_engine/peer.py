@@ -60,3 +60,4 @@ class Knock:
     give_up_at: float = 0.0  # 0: never (a seed the user gave)
     interval: float = SEED_RETRY
     node_id: str = ""  # set when knocking on a lost peer's address
+    hellos: int = 1  # HELLOs said to it so far

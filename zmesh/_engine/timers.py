@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from .._names import printable
 from ..codec import Ping, encode_control
 from ..registry import MeshEvent
-from .config import REDISCOVER_MAX, REDISCOVER_MIN, SEED_RETRY_MAX
+from .config import REDISCOVER_MAX, REDISCOVER_MIN, SEED_RETRY_MAX, SEED_SILENT_HELLOS
 from . import admission
 from .effects import EVENT, REDISCOVER
 
@@ -84,6 +84,13 @@ def tick(members: Members, now: float) -> None:
             knock.next_try = now + knock.interval
             knock.interval = min(knock.interval * 1.5, SEED_RETRY_MAX)
             members.send_hello(knock.link, reply=True)
+            knock.hellos += 1
+            if knock.hellos == SEED_SILENT_HELLOS and knock.endpoint in e.seeds:
+                log.warning(
+                    "zmesh %s: seed %s has not answered (%d HELLOs so far); still knocking (is a node of "
+                    "mesh %r running there? check the endpoint; node.joining stays True meanwhile)",
+                    e.node_id, printable(knock.endpoint), knock.hellos, e.mesh,
+                )
             if knock.node_id and now >= members.next_rediscover:
                 # It may be back at a new address (restarted while cut off):
                 # announce ourselves and browse again, as on its expiry.
