@@ -3,16 +3,20 @@
 * Every test runs local-only: ZMESH_INTERFACES=127.0.0.1 (tests that build
   their own network namespaces set their children's environment themselves).
 * ``async def`` tests run on a fresh event loop under a deadline.
-* Tests fail if they leak threads or ZeroMQ sockets.
+* Tests fail if they leak threads or ZeroMQ sockets, and if anything, in
+  the test's process or in a child writing to its stderr, says that a task's
+  or future's exception was never retrieved or a coroutine never awaited.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import os
+import re
 import threading
-from typing import Any, Iterator
+from typing import Any, Generator, Iterator
 
 import pytest
 
@@ -43,10 +47,30 @@ def _local_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ZMESH_INTERFACES", "127.0.0.1")
 
 
+#: What asyncio and Python say of work that nobody waited for: always a bug.
+UNRETRIEVED = re.compile(
+    r"(Task|Future) exception was never retrieved|coroutine '?[\w.<>]+'? was never awaited"
+)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "teardown" or report.failed:
+        return
+    said = "\n".join(text for _, text in report.sections if "stderr" in _ or "log" in _)
+    found = UNRETRIEVED.search(said)
+    if found:
+        report.outcome = "failed"
+        report.longrepr = f"the test (or a process it ran) said {found.group(0)!r}: an exception nobody read"
+
+
 @pytest.fixture(autouse=True)
 def _no_leaks() -> Iterator[None]:
     before = {t.ident for t in threading.enumerate()}
     yield
+    gc.collect()  # a task or coroutine dropped by this test says so now, in this test
     from zmesh.transport import zmq as zmq_transport
 
     assert zmq_transport.open_sockets() == 0, "test leaked ZeroMQ sockets"

@@ -170,3 +170,46 @@ async def test_joining_stays_true_while_a_seed_is_down() -> None:
         with pytest.raises(zmesh.Timeout):
             await node.wait_until(lambda: not node.joining, 0.5, "a join that cannot happen")
         assert node.joining
+
+
+def test_the_readme_error_tree_lists_every_zmesh_error_under_its_parent() -> None:
+    import inspect as _inspect
+
+    from zmesh import errors
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    block = text[text.index("## Errors"):]
+    block = block[block.index("```") + 3:]
+    block = block[:block.index("```")]
+    tree: dict[str, str] = {}  # class name -> parent name, as the README draws it
+    parents: list[str] = []
+    for line in block.strip("\n").splitlines():
+        name_at = re.search(r"[A-Z]\w+", line)
+        assert name_at is not None, line
+        depth = name_at.start() // 4
+        del parents[depth:]
+        tree[name_at.group(0)] = parents[-1] if parents else ""
+        parents.append(name_at.group(0))
+    public = {
+        name: cls for name, cls in vars(errors).items()
+        if _inspect.isclass(cls) and issubclass(cls, errors.ZmeshError) and name in zmesh.__all__
+    }
+    assert set(tree) == set(public), (sorted(set(public) - set(tree)), sorted(set(tree) - set(public)))
+    for name, cls in public.items():
+        parent = next((b.__name__ for b in cls.__mro__[1:] if b.__name__ in public), "")
+        assert tree[name] == parent, (name, tree[name], parent)
+
+
+def test_every_node_parameter_is_described_and_no_default_is_the_machines() -> None:
+    import inspect as _inspect
+
+    doc = zmesh.Node.__doc__ or ""
+    params = list(_inspect.signature(zmesh.Node).parameters)
+    undescribed = [p for p in params if f"``{p}``" not in doc]
+    assert not undescribed, f"Node's docstring does not describe {undescribed}"
+    # help(zmesh.Node) shows defaults as written in the signature: none may be
+    # a figure computed from this machine (a thread count from os.cpu_count()).
+    int_defaults = {name: p.default for name, p in _inspect.signature(zmesh.Node).parameters.items()
+                    if type(p.default) is int}
+    assert int_defaults == {"max_payload": 1 << 20, "dead_letter_capacity": 1024, "port": 0, "pub_port": 0}
+    assert not hasattr(zmesh.Node, "on_discovered")  # an internal hook, not API

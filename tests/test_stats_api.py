@@ -15,7 +15,8 @@ from zmesh import Message
 
 from .helpers import Mesh, wait_for
 
-AGENT_KEYS = {"handled", "inbox", "inbox_bytes", "running", "dropped", "dead_letters", "concurrency", "inbox_size"}
+AGENT_KEYS = {"handled", "inbox", "inbox_bytes", "running", "waiting_for_thread", "dropped", "dead_letters",
+              "concurrency", "inbox_size"}
 
 
 async def poll_stats(asker: zmesh.Node, node_id: str, agent_id: str, want: dict[str, int]) -> dict[str, int]:

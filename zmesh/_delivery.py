@@ -14,6 +14,7 @@ and the first of a run raises a ``slow_subscriber`` event.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -221,10 +222,16 @@ class Delivery:
     def _handler_failed(self, exc: BaseException, extra: tuple[Agent, Entry]) -> None:
         agent, entry = extra
         msg = entry.msg
-        log.error(
-            "zmesh: handler of agent %r for topic %r raised %s: %s",
-            agent.id, msg.topic, type(exc).__name__, exc, exc_info=exc,
-        )
+        if isinstance(exc, (asyncio.CancelledError, TimeoutError, asyncio.TimeoutError)):
+            # A cancellation or a deadline somebody asked for (asyncio.timeout, a
+            # request's timeout): what happened, not a bug, so no traceback.
+            log.info("zmesh: handler of agent %r for topic %r ended by %s%s", agent.id, msg.topic,
+                     type(exc).__name__, f": {exc}" if str(exc) else "")
+        else:
+            log.error(
+                "zmesh: handler of agent %r for topic %r raised %s: %s",
+                agent.id, msg.topic, type(exc).__name__, exc, exc_info=exc,
+            )
         self.stats["handler_errors"] += 1
         self._dispatch.dead(msg, "handler_error", f"{type(exc).__name__}: {exc}", agent.id)
         if entry.request:

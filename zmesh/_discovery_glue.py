@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .codec import PROTOCOL_VERSION
 from .discovery import MdnsDiscovery, PeerAdvert
@@ -18,8 +18,9 @@ __all__ = ["start_mdns"]
 log = logging.getLogger("zmesh")
 
 
-async def start_mdns(node: Node, transport: Transport) -> MdnsDiscovery:
-    """Advertise ``node`` and connect to every peer of its mesh that shows up.
+async def start_mdns(node: Node, transport: Transport, discovered: Callable[[str], None]) -> MdnsDiscovery:
+    """Advertise ``node`` and tell ``discovered`` the router endpoint of every
+    peer of its mesh that shows up.
 
     ``transport`` declares ``discovery="mdns"``: its endpoints are TCP ports
     on the addresses of its ``scope`` (an :class:`zmesh.interfaces.InterfaceScope`).
@@ -34,7 +35,7 @@ async def start_mdns(node: Node, transport: Transport) -> MdnsDiscovery:
             return
         endpoints = advert.router_endpoints()
         if endpoints:  # already ranked: an address on a network we share comes first
-            node.on_discovered(endpoints[0])
+            discovered(endpoints[0])
 
     discovery = MdnsDiscovery(
         mesh=node.mesh,

@@ -182,6 +182,7 @@ class MdnsDiscovery:
         self._register_task: asyncio.Task[None] | None = None
         self._known: dict[str, PeerAdvert] = {}  # service name -> last reported advert
         self._ignored: set[tuple[str, str]] = set()  # (service name, reason) already logged
+        self._resolve_errors_logged: set[str] = set()  # kinds of resolve error already logged
         self._started = False
         self._registered = False
         self._close_task: asyncio.Task[None] | None = None
@@ -298,9 +299,22 @@ class MdnsDiscovery:
         task.add_done_callback(functools.partial(self._task_done, name))
 
     def _task_done(self, name: str, task: asyncio.Task[None]) -> None:
-        """Forget a finished resolve task (keeping a newer one for the same name)."""
+        """Forget a finished resolve task (keeping a newer one for the same name);
+        what it raised is counted, and logged once per kind of error."""
         if self._tasks.get(name) is task:
             del self._tasks[name]
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None:
+            return
+        self.stats["resolve_failed"] += 1
+        kind = type(exc).__name__
+        # zeroconf raises NotRunningException once it is closing: our own close, not news.
+        closing = self._close_task is not None or kind == "NotRunningException"
+        level = logging.DEBUG if closing or kind in self._resolve_errors_logged else logging.WARNING
+        self._resolve_errors_logged.add(kind)
+        self._log.log(level, "zmesh discovery: resolving %s failed: %s: %s", printable(name), kind, exc)
 
     async def _resolve(self, service_type: str, name: str) -> None:
         """Fetch SRV/TXT/A for ``name`` (cache first) and report the peer."""
@@ -394,7 +408,9 @@ class MdnsDiscovery:
         self._ignored.add((name, reason))
         self.stats[reason] = self.stats.get(reason, 0) + 1
         if level is None:
-            level = {"ignored_other_mesh": logging.DEBUG, "ignored_unreachable": logging.INFO}.get(
+            # Another process's bad advert is its problem, not this node's: counted, and said quietly.
+            level = {"ignored_other_mesh": logging.DEBUG, "ignored_malformed": logging.DEBUG,
+                     "ignored_unreachable": logging.INFO, "ignored_version": logging.INFO}.get(
                 reason, logging.WARNING
             )
         self._log.log(level, "zmesh discovery: %s %s: %s", reason.replace("_", " "), printable(name), printable(detail))

@@ -24,6 +24,7 @@ from ._driver import Driver
 from ._engine import Engine, EngineConfig
 from ._engine.identity import parse_policy
 from ._names import check_agent_id, check_capabilities, check_name
+from ._loop_watch import DEFAULT_BLOCK_WARNING, unwatch_loop, watch_loop
 from ._run import track, untrack
 from ._stats import answer, ask, node_stats
 from ._tracing import make_dispatch
@@ -57,40 +58,78 @@ def _check_count(what: str, value: object) -> None:
 class Node:
     """One member of a mesh. Use as ``async with zmesh.Node("lab") as node``.
 
-    ``mesh`` names the mesh: only nodes with the same mesh name talk. ``name``
-    is this node's id, unique in the mesh (default: host-pid-random); a node
-    restarted with the same name replaces its old incarnation. ``transport``
-    is ``"zmq"`` (default), ``"inproc"`` or a Transport. ``seeds`` are router
-    endpoints of any members to join through. ``clock`` drives timeouts, TTLs,
-    liveness and timestamps (see :class:`zmesh.FakeClock`). ``max_payload``
-    caps one encoded message, all fields included (bytes); peers learn it
-    and check what they send here against it. ``workers`` is the
-    size of the thread pool that runs plain ``def`` handlers. ``store`` (a
-    file path, or a :class:`zmesh.store.Store`) keeps unacknowledged QoS 1/2
-    messages and the ids of handled QoS 2 messages across restarts.
-    ``port`` fixes the port of the router endpoint (``node.endpoint``, what
-    others name as a seed), so a node restarted on it keeps its endpoint;
-    ``pub_port`` that of the publisher endpoint, which peers learn in the
-    handshake (0, the default for both: any free port). ZeroMQ only;
-    AddressInUse if the port is taken.
-    ``encoder`` converts payload objects of types zmesh does not carry (a
-    dataclass, a Pydantic model) into ones it does; ``decoder`` is called
-    with every dict of a received payload, like ``json.loads(object_hook=)``
-    (see "What travels as what" in the guide).
-    ``tracing=True`` (or a TracerProvider) makes an OpenTelemetry span for
-    every send, request, delegate, handoff, broadcast and handler run; it
-    needs the ``otel`` extra (see "Tracing" in the guide).
-    ``key`` (a ``NAME.key_secret`` from ``zmesh keygen``; default
-    ``$ZMESH_KEY``) turns on CurveZMQ: every connection is encrypted and only
-    ``trusted`` public keys (a directory of ``.key`` files, comma-separated
-    Z85 keys, or a list; default ``$ZMESH_TRUSTED``; this node's own key is
-    always trusted) may connect. Without a key a node may only listen on
-    loopback, unless ``insecure=True``. In keyed mode a node name and an
-    agent id belong to the key that first used them (or, for a name, to its
-    ``NAME.key`` in ``trusted``); ``policy`` (keyed only) limits the agent ids
-    and topics each key may use: ``{"worker": {"agents": ["worker-*"],
-    "topics": ["jobs.>"]}}``, by public key, node name or ``"*"``. See
-    docs/security.md, *Identities*.
+    Every argument but ``mesh`` is keyword-only:
+
+    ``mesh``
+        The mesh's name: only nodes with the same mesh name talk.
+    ``name``
+        This node's id, unique in the mesh; a node restarted with the same
+        name replaces its old incarnation. Default (None): computed, as
+        ``host-pid-random``.
+    ``transport``
+        ``"zmq"`` (default), ``"inproc"`` (nodes of one process) or a Transport.
+    ``seeds``
+        Router endpoints (``node.endpoint``) of any members to join through;
+        each is knocked on until it answers (a warning is logged if it does not).
+    ``interfaces``
+        Where a ZeroMQ node listens and looks for peers: ``"local"``
+        (127.0.0.1), ``"lan"``, or interface names or addresses. Default
+        (None): ``$ZMESH_INTERFACES``, else local-only.
+    ``discovery``
+        mDNS discovery on those interfaces: True, False, or None (default:
+        on where the transport can discover, i.e. for ZeroMQ).
+    ``clock``
+        Drives timeouts, TTLs, liveness and timestamps (see
+        :class:`zmesh.FakeClock`). Default (None): the system clock.
+    ``max_payload``
+        The largest encoded message (bytes, all fields included) this node
+        accepts; peers learn it and check what they send here against it.
+    ``dead_letter_capacity``
+        How many dead letters ``node.dead_letters`` keeps (oldest evicted).
+    ``liveness``
+        Heartbeat and expiry timing (:class:`zmesh.LivenessConfig`).
+        Default (None): ``LivenessConfig()``.
+    ``settle_timeout``
+        Seconds ``settled()``, ``subscribe()`` and ``agent.close()`` wait for
+        every peer's acknowledgement, and a ``send`` without a timeout waits
+        for a target the node is still learning of.
+    ``workers``
+        Threads for plain ``def`` handlers. Default (None): each agent gets
+        its own pool, as many threads as its ``concurrency``; an int N: one
+        pool of N threads shared by all the node's agents.
+    ``store``
+        A file path, or a :class:`zmesh.store.Store`: keeps unacknowledged
+        QoS 1/2 messages and the ids of handled QoS 2 messages across
+        restarts. Default (None): in memory only.
+    ``port``, ``pub_port``
+        Fix the port of the router endpoint (what others name as a seed) and
+        of the publisher endpoint (peers learn it in the handshake); 0, the
+        default, picks a free one. ZeroMQ only; AddressInUse if taken.
+    ``encoder``, ``decoder``
+        ``encoder`` converts payload objects of types zmesh does not carry (a
+        dataclass, a Pydantic model) into ones it does; ``decoder`` is called
+        with every dict of a received payload, like
+        ``json.loads(object_hook=)`` (see "What travels as what" in the guide).
+    ``tracing``
+        True (or a TracerProvider): an OpenTelemetry span for every send,
+        request, delegate, handoff, broadcast and handler run; needs the
+        ``otel`` extra (see "Tracing" in the guide).
+    ``key``, ``trusted``, ``insecure``
+        ``key`` (a ``NAME.key_secret`` from ``zmesh keygen``; default
+        ``$ZMESH_KEY``) turns on CurveZMQ: every connection is encrypted and
+        only ``trusted`` public keys (a directory of ``.key`` files,
+        comma-separated Z85 keys, or a list; default ``$ZMESH_TRUSTED``; this
+        node's own key is always trusted) may connect. Without a key a node
+        may only listen on loopback, unless ``insecure=True``. In keyed mode a
+        node name and an agent id belong to the key that first used them (or,
+        for a name, to its ``NAME.key`` in ``trusted``).
+    ``policy``
+        Keyed only: the agent ids and topics each key may use, by public key,
+        node name or ``"*"``: ``{"worker": {"agents": ["worker-*"],
+        "topics": ["jobs.>"]}}``. See docs/security.md, *Identities*.
+    ``block_warning``
+        A handler that blocks this node's event loop longer than this many
+        seconds is named in one warning (once per handler); None: never.
     """
 
     def __init__(
@@ -118,6 +157,7 @@ class Node:
         trusted: TrustSpec | None = None,
         insecure: bool = False,
         policy: Mapping[str, Mapping[str, Any]] | None = None,
+        block_warning: float | None = DEFAULT_BLOCK_WARNING,
     ) -> None:
         check_name("mesh", mesh)
         if name is not None:
@@ -126,6 +166,11 @@ class Node:
             raise ValueError("max_payload must be a positive number of bytes")
         if workers is not None:
             _check_count("workers", workers)
+        if block_warning is not None and (
+            block_warning.__class__ not in (int, float) or not 0 < block_warning < float("inf")
+        ):
+            raise ValueError(f"block_warning must be a positive number of seconds or None, got {block_warning!r}")
+        self.block_warning = block_warning
         for hook, what in ((encoder, "encoder"), (decoder, "decoder")):
             if hook is not None and not callable(hook):
                 raise TypeError(f"{what} must be callable or None, got {hook!r}")
@@ -220,6 +265,8 @@ class Node:
             raise
         self._engine.start(self.transport.router_endpoints, self.transport.pub_endpoints, self.clock.monotonic())
         self._driver.start(loop)
+        if self.block_warning is not None:
+            watch_loop(self, self.block_warning)
         track(self)  # zmesh.run closes it on SIGTERM/SIGINT
         # Join one iteration later: agents registered right after start() then
         # travel in the first HELLO, so a restarted node is seen as one change.
@@ -232,7 +279,7 @@ class Node:
             return
         from ._discovery_glue import start_mdns
 
-        self._driver.discovery = await start_mdns(self, self.transport)
+        self._driver.discovery = await start_mdns(self, self.transport, self._driver.on_discovered)
 
     def _connect_seeds(self) -> None:
         self._seeds_pending = False
@@ -249,6 +296,7 @@ class Node:
             return
         self._closed = True
         untrack(self)
+        unwatch_loop(self)
         driver = self._driver
         driver.stop()
         if driver.discovery is not None:
@@ -419,10 +467,6 @@ class Node:
             self._dispatch.delivery.remove_agent(agent_id)
             self._engine.remove_agent(agent_id)
             self._driver.pump()
-
-    def on_discovered(self, router_endpoint: str) -> None:
-        """Discovery callback: a member may live at this endpoint."""
-        self._driver.on_discovered(router_endpoint)
 
     # -- observation -----------------------------------------------------
 
