@@ -5,6 +5,9 @@
 Spawns a sink and a source process (like ``python -m bench``'s zmesh
 throughput), sends N messages and prints msg/s plus each side's CPU time and
 context switches; with a profile prefix, writes cProfile stats for both.
+The sink's handler runs inline where the tree has ``inline=``;
+``TP_ASYNC=1`` makes it an ``async def`` handler that never awaits, the
+kind agent builders write first.
 It uses only API every zmesh version since 7bf4ab1 has (``inline=`` when
 present), so the same script measures an old tree against a new one.
 Interleave rounds (old, new, old, new, ...) and compare medians: e.g.
@@ -35,9 +38,14 @@ async def sink(n, mesh):
             if count == 1: t["first"] = time.monotonic()
             if count == n:
                 t["last"] = time.monotonic(); done.set()
+    async def on_msg_async(msg):
+        on_msg(msg)
     async with zmesh.Node(mesh, name="sink-0", **KW) as node:
         a = node.agent("sink-0")
-        a.add_handler("bench", on_msg, **inline_kw(on_msg))
+        if os.environ.get("TP_ASYNC"):
+            a.add_handler("bench", on_msg_async)
+        else:
+            a.add_handler("bench", on_msg, **inline_kw(on_msg))
         emit("sink", {"endpoint": node.endpoint})
         await asyncio.wait_for(done.wait(), 120)
         emit("sink", t)
