@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import signal
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, TypeVar
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from .node import Node
 
 __all__ = ["run", "open_nodes", "track", "untrack", "STOP_SIGNALS"]
+
+log = logging.getLogger("zmesh")
 
 T = TypeVar("T")
 
@@ -98,7 +101,9 @@ async def _supervise(main: Coroutine[Any, Any, T]) -> T:
         for node in open_nodes(loop):
             closing.append(loop.create_task(node.close()))
         if closing:
-            await asyncio.gather(*closing, return_exceptions=True)
+            for failed in await asyncio.gather(*closing, return_exceptions=True):
+                if isinstance(failed, BaseException) and not isinstance(failed, asyncio.CancelledError):
+                    log.warning("zmesh.run: closing a node failed: %s: %s", type(failed).__name__, failed)
     raise SystemExit(128 + received[0])
 
 

@@ -434,7 +434,13 @@ class MdnsDiscovery:
         """Withdraw our service (goodbye packets) and close zeroconf; idempotent."""
         if self._close_task is None:
             self._close_task = asyncio.ensure_future(self._close())
+            # Read its outcome even if every caller is cancelled before it ends.
+            self._close_task.add_done_callback(self._closed)
         await asyncio.shield(self._close_task)
+
+    def _closed(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._log.warning("zmesh discovery: closing mDNS failed: %r", task.exception())
 
     async def _close(self) -> None:
         """Cancel our tasks, stop browsing, unregister and close the sockets."""
