@@ -58,19 +58,17 @@ def _handler_frame(frame: FrameType | None) -> FrameType | None:
 class _Watchdog:
     """One event loop's beat and the thread that watches it."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, thresholds: dict[object, float]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, owner: object, threshold: float) -> None:
         self.loop = loop
-        self.thresholds = thresholds
+        self.thresholds = {owner: threshold}  # changed under _lock only
+        #: The smallest owner's threshold: a plain float, read by both threads.
+        self.threshold = threshold
         self.loop_thread = threading.get_ident()
         self.beat = time.monotonic()
         self.suspect: tuple[CodeType, int] | None = None  # (code, line) of the blocking handler
         self.stop = threading.Event()
         self.timer: asyncio.TimerHandle | None = None
         self.thread = threading.Thread(target=self._watch, name="zmesh-loop-watch", daemon=True)
-
-    @property
-    def threshold(self) -> float:
-        return min(self.thresholds.values())
 
     def start(self) -> None:
         self._on_beat()
@@ -129,8 +127,9 @@ def watch_loop(owner: object, threshold: float) -> None:
         watchdog = _watchdogs.get(loop)
         if watchdog is not None:
             watchdog.thresholds[owner] = threshold
+            watchdog.threshold = min(watchdog.thresholds.values())
             return
-        watchdog = _watchdogs[loop] = _Watchdog(loop, {owner: threshold})
+        watchdog = _watchdogs[loop] = _Watchdog(loop, owner, threshold)
     watchdog.start()
 
 
@@ -138,9 +137,13 @@ def unwatch_loop(owner: object) -> None:
     """``owner`` no longer asks for the watch; the last one to leave a loop stops its watchdog."""
     with _lock:
         for loop, watchdog in list(_watchdogs.items()):
-            if watchdog.thresholds.pop(owner, None) is not None and not watchdog.thresholds:
-                del _watchdogs[loop]
-                break
+            if watchdog.thresholds.pop(owner, None) is None:
+                continue
+            if watchdog.thresholds:
+                watchdog.threshold = min(watchdog.thresholds.values())
+                return
+            del _watchdogs[loop]
+            break
         else:
             return
     watchdog.close()
