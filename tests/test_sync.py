@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from typing import Any
 
 import pytest
 
@@ -15,7 +17,7 @@ pytestmark = pytest.mark.timeout(30)
 def test_blocking_request_delegate_handoff_and_broadcast() -> None:
     with zs.Node("sync-a", transport="inproc") as node:
         a, b, c = node.agent("a"), node.agent("b"), node.agent("c", capabilities=("double",))
-        loop_thread = node._thread
+        loop_thread = node._loop.thread
 
         @c.on("double")
         def double(msg: zmesh.Message) -> int:
@@ -65,15 +67,59 @@ def test_calling_from_the_nodes_own_loop_is_refused_not_deadlocked() -> None:
     with zs.Node("sync-c", transport="inproc") as node:
         a, b = node.agent("a"), node.agent("b")
 
-        async def from_the_loop(msg: zmesh.Message) -> str:
-            try:
-                a.send("b", "x")
-            except RuntimeError as exc:
-                return str(exc)
-            return "no error"
+        async def from_the_loop(msg: zmesh.Message) -> list[str]:
+            said = []
+            for call in (lambda: a.send("b", "x"), node.close):  # close() too: it used to stop the loop under us
+                try:
+                    call()
+                    said.append("no error")
+                except RuntimeError as exc:
+                    said.append(str(exc))
+            return said
 
         b.add_handler("probe", from_the_loop)
-        assert "own event loop" in a.request("b", "probe", timeout=5).payload
+        said, closing = a.request("b", "probe", timeout=5).payload
+        assert said.startswith("zmesh.sync.Agent.send called from the node's own event loop thread"), said
+        assert "`await agent.async_agent.send(...)`" in said and "worker thread, where the sync API works" in said
+        assert closing.startswith("zmesh.sync.Node.close called from") and "`await node.async_node.close(...)`" in closing
+        assert a.request("b", "probe", timeout=5).payload[0] == said  # the node still works
+        assert node.stats()["node_id"] == node.id  # a plain call on the async side: no wait, no refusal
+
+
+def test_a_waiting_call_from_another_running_event_loop_warns_that_it_blocks_it() -> None:
+    with zs.Node("sync-other-loop", transport="inproc") as node:
+        a, b = node.agent("a"), node.agent("b")
+        b.add_handler("echo", lambda msg: msg.payload)
+
+        async def users_own_asyncio_code() -> Any:
+            with pytest.warns(zs.BlockingCallWarning, match="zmesh.sync.Agent.request called from a running") as got:
+                reply = a.request("b", "echo", 7, timeout=5)
+            assert got[0].filename == __file__  # points at the call, not into zmesh
+            assert node.stats()["node_id"] == node.id  # no wait for the mesh, no warning (warnings are errors)
+            return reply.payload
+
+        assert asyncio.run(users_own_asyncio_code()) == 7
+
+
+def test_a_plain_handler_may_close_its_own_node() -> None:
+    node = zs.Node("sync-self-close", transport="inproc")
+    a, b = node.agent("a"), node.agent("b")
+    outcome: list[str] = []
+    finished = threading.Event()
+
+    def close_my_node(msg: zmesh.Message) -> None:
+        try:
+            node.close()
+            outcome.append("closed")
+        except BaseException as exc:
+            outcome.append(repr(exc))
+        finished.set()
+
+    b.add_handler("close", close_my_node)
+    a.send("b", "close")
+    assert finished.wait(10)
+    assert outcome == ["closed"] and node.async_node.closed
+    assert not [t for t in threading.enumerate() if t.name == "zmesh-loop-sync-self-close"]  # close() joined it
 
 
 def test_close_stops_the_loop_thread_and_the_pool() -> None:

@@ -26,9 +26,10 @@ import functools
 import inspect
 import threading
 from types import TracebackType
-from typing import Any, Callable, Coroutine, Iterable, TypeVar
+from typing import Any, Callable, Coroutine, Iterable, Iterator, TypeVar
 
 from . import node as _node
+from ._sync_loop import BlockingCallWarning, LoopThread
 from .agent import Agent as _AsyncAgent
 from .agent import HandoffResult
 from .deadletters import DeadLetter
@@ -37,7 +38,7 @@ from .message import Message
 from .observer import Observer
 from .registry import Registry
 
-__all__ = ["Node", "Agent"]
+__all__ = ["Node", "Agent", "BlockingCallWarning"]
 
 T = TypeVar("T")
 H = TypeVar("H", bound=Callable[..., Any])
@@ -48,50 +49,28 @@ class Node:
     ``handler_threads`` (size of the pool that runs plain handlers)."""
 
     def __init__(self, mesh: str, *, handler_threads: int = 8, **options: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run_loop, name=f"zmesh-loop-{mesh}", daemon=True)
+        self._pool_thread_ids: set[int] = set()
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=handler_threads, thread_name_prefix="zmesh-handler"
+            max_workers=handler_threads, thread_name_prefix="zmesh-handler",
+            initializer=lambda: self._pool_thread_ids.add(threading.get_ident()),
         )
-        self._thread.start()
-        self._ready.wait()
+        self._loop = LoopThread(f"zmesh-loop-{mesh}")
+        self._closing = threading.Lock()
         self._closed = False
         try:
-            self._node: _node.Node = self._call(self._create(mesh, options))
+            self._node: _node.Node = self._loop.run(_node.Node, mesh, **options)
+            self._loop.wait_for(self._node.start())
         except BaseException:
-            self._stop_loop()
+            self._loop.stop()
+            self._pool.shutdown(wait=True)
             raise
 
-    async def _create(self, mesh: str, options: dict[str, Any]) -> _node.Node:
-        node = _node.Node(mesh, **options)
-        await node.start()
-        return node
-
-    def _run_loop(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.call_soon(self._ready.set)
-        self._loop.run_forever()
-
-    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        if self._loop.is_closed():
+    def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
+        """The one way a call waits for the mesh: NodeClosed once closing began."""
+        if self._closed:
             coro.close()
-            raise NodeClosed("the node is closed")
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            coro.close()
-            raise RuntimeError("zmesh.sync calls cannot be made from the node's own event loop")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        return future.result(timeout)
-
-    def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
-        self._pool.shutdown(wait=True)
+            raise NodeClosed(f"node {self.id!r} is closed")
+        return self._loop.wait_for(coro)
 
     # -- lifecycle -------------------------------------------------------
 
@@ -107,13 +86,20 @@ class Node:
         self.close()
 
     def close(self) -> None:
+        """Close the node, then stop its loop thread and its handler pool."""
         if self._closed:
             return
-        self._closed = True
+        self._loop.refuse_on_loop_thread("Node.close")  # before anything changes: the node stays usable
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
         try:
-            self._call(self._node.close())
+            self._loop.wait_for(self._node.close())
         finally:
-            self._stop_loop()
+            self._loop.stop()
+            # A plain handler closing its own node cannot wait for its own thread.
+            self._pool.shutdown(wait=threading.get_ident() not in self._pool_thread_ids)
 
     # -- the same surface ------------------------------------------------
 
@@ -134,12 +120,12 @@ class Node:
         return self._node.registry
 
     @property
-    def dead_letters(self) -> _SyncDeadLetters:
-        return _SyncDeadLetters(self)
+    def dead_letters(self) -> DeadLetters:
+        return DeadLetters(self)
 
     @property
     def peers(self) -> list[str]:
-        return self._node.peers
+        return self._loop.run(lambda: self._node.peers)
 
     @property
     def async_node(self) -> _node.Node:
@@ -147,35 +133,28 @@ class Node:
         return self._node
 
     def agent(self, agent_id: str, *, capabilities: Iterable[str] = ()) -> Agent:
-        async def make() -> _AsyncAgent:
-            return self._node.agent(agent_id, capabilities=capabilities)
-
-        return Agent(self, self._call(make()))
+        return Agent(self, self._loop.run(self._node.agent, agent_id, capabilities=capabilities))
 
     def observe(self, callback: Observer) -> Callable[[], None]:
-        return self._node.observe(callback)
+        """``callback(receipt)`` for every interaction, on the loop thread; returns its stop function."""
+        stop = self._loop.run(self._node.observe, callback)
+        return lambda: self._loop.run(stop)
 
     def stats(self) -> dict[str, Any]:
-        async def get() -> dict[str, Any]:
-            return self._node.stats()
-
-        return self._call(get())
+        return self._loop.run(self._node.stats)
 
     def peer_stats(self, node_id: str, timeout: float = 5.0) -> dict[str, Any]:
         """Node ``node_id``'s ``stats()``, asked over the mesh (``Node.peer_stats``)."""
-        return self._call(self._node.peer_stats(node_id, timeout))
+        return self._wait(self._node.peer_stats(node_id, timeout))
 
     def settled(self, timeout: float | None = None) -> bool:
-        return self._call(self._node.settled(timeout))
+        return self._wait(self._node.settled(timeout))
 
     def wait_for_agents(self, *agent_ids: str, timeout: float = 10.0) -> None:
-        self._call(self._node.wait_for_agents(*agent_ids, timeout=timeout))
+        self._wait(self._node.wait_for_agents(*agent_ids, timeout=timeout))
 
     def connect(self, endpoint: str) -> None:
-        async def go() -> None:
-            self._node.connect(endpoint)
-
-        self._call(go())
+        self._loop.run(self._node.connect, endpoint)
 
     @property
     def public_key(self) -> str | None:
@@ -183,54 +162,47 @@ class Node:
 
     @property
     def trusted(self) -> frozenset[str]:
-        return self._node.trusted
+        return self._loop.run(lambda: self._node.trusted)
 
     def trust(self, *keys: str | bytes) -> None:
-        async def go() -> None:
-            self._node.trust(*keys)
-
-        self._call(go())
+        self._loop.run(self._node.trust, *keys)
 
     def distrust(self, *keys: str | bytes) -> None:
-        async def go() -> None:
-            self._node.distrust(*keys)
-
-        self._call(go())
+        self._loop.run(self._node.distrust, *keys)
 
     def reload_trusted(self) -> tuple[frozenset[str], frozenset[str]]:
-        async def go() -> tuple[frozenset[str], frozenset[str]]:
-            return self._node.reload_trusted()
-
-        return self._call(go())
+        return self._loop.run(self._node.reload_trusted)
 
     def _wrap_handler(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         if inspect.iscoroutinefunction(fn):
             return fn
-        loop, pool = self._loop, self._pool
+        pool = self._pool
 
         @functools.wraps(fn)
         async def in_thread(arg: Any) -> Any:
-            return await loop.run_in_executor(pool, fn, arg)
+            return await asyncio.get_running_loop().run_in_executor(pool, fn, arg)
 
         return in_thread
 
 
-class _SyncDeadLetters:
+class DeadLetters:
+    """The node's dead letters (:class:`zmesh.deadletters.DeadLetters`); ``redeliver`` waits."""
+
     def __init__(self, node: Node) -> None:
         self._node = node
         self._ring = node._node.dead_letters
 
-    def __iter__(self) -> Any:
-        return iter(self._ring)
+    def __iter__(self) -> Iterator[DeadLetter]:
+        return iter(self._node._loop.run(list, self._ring))
 
     def __len__(self) -> int:
-        return len(self._ring)
+        return self._node._loop.run(len, self._ring)
 
     def clear(self) -> None:
-        self._ring.clear()
+        self._node._loop.run(self._ring.clear)
 
     def redeliver(self, entry: DeadLetter) -> None:
-        self._node._call(self._ring.redeliver(entry))
+        self._node._wait(self._ring.redeliver(entry))
 
 
 class Agent:
@@ -245,11 +217,10 @@ class Agent:
     def __repr__(self) -> str:
         return f"<zmesh.sync.Agent {self.id!r} on {self._node.id!r}>"
 
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._node._closed:
-            coro.close()
-            raise NodeClosed(f"node {self._node.id!r} is closed")
-        return self._node._call(coro)
+    @property
+    def async_agent(self) -> _AsyncAgent:
+        """The underlying asyncio agent (use only from the node's loop)."""
+        return self._agent
 
     def on(self, topic: str) -> Callable[[H], H]:
         def register(fn: H) -> H:
@@ -261,56 +232,50 @@ class Agent:
     def add_handler(self, topic: str, handler: Callable[[Message], Any]) -> None:
         wrapped = self._node._wrap_handler(handler)
 
-        async def add() -> None:
-            self._agent.add_handler(topic, wrapped)
-
-        self._call(add())
+        self._node._loop.run(self._agent.add_handler, topic, wrapped)
 
     def on_handoff(self, fn: H) -> H:
         wrapped = self._node._wrap_handler(fn)
 
-        async def add() -> None:
-            self._agent.on_handoff(wrapped)
-
-        self._call(add())
+        self._node._loop.run(self._agent.on_handoff, wrapped)
         return fn
 
     def send(self, target: str, topic: str, payload: Any = None, **options: Any) -> Message:
-        return self._call(self._agent.send(target, topic, payload, **options))
+        return self._node._wait(self._agent.send(target, topic, payload, **options))
 
     def request(self, target: str, topic: str, payload: Any = None, **options: Any) -> Message:
-        return self._call(self._agent.request(target, topic, payload, **options))
+        return self._node._wait(self._agent.request(target, topic, payload, **options))
 
     def delegate(self, target: str, request: Message, **options: Any) -> Message:
-        return self._call(self._agent.delegate(target, request, **options))
+        return self._node._wait(self._agent.delegate(target, request, **options))
 
     def reply(self, request: Message, payload: Any = None) -> None:
-        self._call(self._agent.reply(request, payload))
+        self._node._wait(self._agent.reply(request, payload))
 
     def handoff(self, target: str, task_id: str, context: Any = None, **options: Any) -> HandoffResult:
-        return self._call(self._agent.handoff(target, task_id, context, **options))
+        return self._node._wait(self._agent.handoff(target, task_id, context, **options))
 
     def subscribe(self, pattern: str, handler: Callable[[Message], Any] | None = None) -> None:
         wrapped = self._node._wrap_handler(handler) if handler is not None else None
-        self._call(self._agent.subscribe(pattern, wrapped))
+        self._node._wait(self._agent.subscribe(pattern, wrapped))
 
     def unsubscribe(self, pattern: str) -> None:
-        self._call(self._agent.unsubscribe(pattern))
+        self._node._wait(self._agent.unsubscribe(pattern))
 
     def broadcast(self, topic: str, payload: Any = None, **options: Any) -> int:
-        return self._call(self._agent.broadcast(topic, payload, **options))
+        return self._node._wait(self._agent.broadcast(topic, payload, **options))
 
     @property
     def tasks(self) -> frozenset[str]:
-        return self._agent.tasks
+        return self._node._loop.run(lambda: self._agent.tasks)
 
     @property
     def subscriptions(self) -> frozenset[str]:
-        return self._agent.subscriptions
+        return self._node._loop.run(lambda: self._agent.subscriptions)
 
     def claim(self, task_id: str) -> None:
-        self._agent.claim(task_id)
+        self._node._loop.run(self._agent.claim, task_id)
 
     def close(self) -> None:
-        self._call(self._agent.close())
+        self._node._wait(self._agent.close())
 
