@@ -450,6 +450,14 @@ def test_inline_handlers_run_on_the_loop_thread_others_in_the_pool() -> None:
         assert b.handler_for("quick") is quick and b.handler_for("slow") is slow  # what was given, not a wrapper
 
 
+def test_a_plain_handler_sees_its_messages_trace_id_as_under_the_async_node() -> None:
+    with zs.Node("sync-trace", transport="inproc") as node:
+        a, b = node.agent("a"), node.agent("b")
+        b.add_handler("which", lambda msg: [zmesh.current_trace_id(), msg.trace_id])
+        current, carried = a.request("b", "which", timeout=5).payload
+        assert carried and current == carried
+
+
 def test_a_plain_handler_may_close_its_own_node() -> None:
     node = zs.Node("sync-self-close", transport="inproc")
     a, b = node.agent("a"), node.agent("b")

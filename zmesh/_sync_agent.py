@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, cast
 
@@ -24,14 +25,16 @@ H = TypeVar("H", bound=Callable[..., Any])
 
 class InPool:
     """A plain handler as the coroutine function the async node runs: it calls
-    the handler in the sync node's pool."""
+    the handler in the sync node's pool, in the caller's context (the trace
+    id), as the async node does in its own pool."""
 
     def __init__(self, handler: Callable[..., Any], pool: concurrent.futures.Executor) -> None:
         self.handler = handler
         self._pool = pool
 
     async def __call__(self, arg: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self.handler, arg)
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self._pool, context.run, self.handler, arg)
 
     def __repr__(self) -> str:
         return f"<zmesh.sync handler {self.handler!r}>"
