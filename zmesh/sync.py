@@ -16,82 +16,147 @@ agent, say) without stalling the mesh::
             return msg.payload["x"] + msg.payload["y"]
 
         print(a.request("b", "math.add", {"x": 1, "y": 2}, timeout=5).payload)  # 3
+
+Every method and property takes the parameters of its :class:`zmesh.Node` /
+:class:`zmesh.Agent` namesake; where that one is a coroutine, this one waits
+for it. See :class:`Node` for the few differences and for what may be called
+from where.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import functools
-import inspect
+import os
 import threading
 from types import TracebackType
-from typing import Any, Callable, Coroutine, Iterable, TypeVar
+from typing import Any, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from . import node as _node
+from ._inbox import DEFAULT_CONCURRENCY, DEFAULT_INBOX, DEFAULT_INBOX_BYTES
+from ._sync_agent import Agent, InPool, copy_docs
+from ._sync_loop import BlockingCallWarning, LoopThread
 from .agent import Agent as _AsyncAgent
-from .agent import HandoffResult
+from .clock import Clock
 from .deadletters import DeadLetter
+from .deadletters import DeadLetters as _AsyncDeadLetters
 from .errors import NodeClosed
-from .message import Message
+from .handlers import DEFAULT_WORKERS, THREAD, handler_mode
+from .liveness import LivenessConfig
 from .observer import Observer
 from .registry import Registry
+from .security import TrustSpec
+from .store import Store
+from .transport.base import Transport
 
-__all__ = ["Node", "Agent"]
+__all__ = ["Node", "Agent", "BlockingCallWarning"]
 
 T = TypeVar("T")
-H = TypeVar("H", bound=Callable[..., Any])
 
 
 class Node:
-    """Blocking twin of :class:`zmesh.Node`; takes the same arguments plus
-    ``handler_threads`` (size of the pool that runs plain handlers)."""
+    """Blocking twin of :class:`zmesh.Node`: the same parameters, methods and
+    properties; a coroutine method of zmesh.Node is one here that waits.
 
-    def __init__(self, mesh: str, *, handler_threads: int = 8, **options: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run_loop, name=f"zmesh-loop-{mesh}", daemon=True)
+    Differences, each inherent:
+
+    * ``handler_threads``: the size of the pool that runs this node's plain
+      ``def`` handlers (``workers`` sizes the async node's own pool, which
+      runs only plain handlers given to ``async_agent`` directly).
+    * ``with`` instead of ``async with``; the node starts in the constructor.
+    * ``events()`` is an async iterator: there is none here (iterate
+      ``node.async_node.events()`` in async code on the node's loop).
+    * ``async_node`` and ``Agent.async_agent``: the asyncio objects underneath.
+    * Attributes of zmesh.Node (``clock``, ``settle_timeout``...) are
+      read-only properties here.
+
+    Where things run, and what may be called from there:
+
+    * A plain ``def`` handler runs in a worker thread: the whole sync API works.
+    * An ``async def`` handler, or a plain one given ``inline=True``, runs on
+      the node's event loop thread. It must not block, and a call that waits
+      (one that is a coroutine on zmesh.Node/Agent: ``send``, ``request``,
+      ``settled``, ``close``...) raises RuntimeError there at once instead of
+      deadlocking; an ``async def`` handler awaits ``agent.async_agent``
+      instead. What does not wait (``stats()``, ``agent()``, ``claim()``,
+      properties) works there too. ``observe`` callbacks and ``wait_until``
+      predicates run on the loop thread as well.
+    * A waiting call from some other running event loop (your own asyncio
+      code, a Jupyter cell) works but holds that loop up until it returns, so
+      it warns with :class:`BlockingCallWarning`.
+    """
+
+    def __init__(
+        self,
+        mesh: str,
+        *,
+        name: str | None = None,
+        transport: str | Transport = "zmq",
+        seeds: Iterable[str] = (),
+        interfaces: str | Sequence[str] | None = None,
+        discovery: bool | None = None,
+        clock: Clock | None = None,
+        max_payload: int = 1 << 20,
+        dead_letter_capacity: int = 1024,
+        liveness: LivenessConfig | None = None,
+        settle_timeout: float = 5.0,
+        workers: int = DEFAULT_WORKERS,
+        store: str | os.PathLike[str] | Store | None = None,
+        port: int = 0,
+        pub_port: int = 0,
+        encoder: Callable[[Any], Any] | None = None,
+        decoder: Callable[[dict[Any, Any]], Any] | None = None,
+        tracing: Any = False,
+        key: str | os.PathLike[str] | None = None,
+        trusted: TrustSpec | None = None,
+        insecure: bool = False,
+        policy: Mapping[str, Mapping[str, Any]] | None = None,
+        handler_threads: int = 8,
+    ) -> None:
+        def create() -> _node.Node:
+            return _node.Node(
+                mesh, name=name, transport=transport, seeds=seeds, interfaces=interfaces, discovery=discovery,
+                clock=clock, max_payload=max_payload, dead_letter_capacity=dead_letter_capacity,
+                liveness=liveness, settle_timeout=settle_timeout, workers=workers, store=store, port=port,
+                pub_port=pub_port, encoder=encoder, decoder=decoder, tracing=tracing, key=key, trusted=trusted,
+                insecure=insecure, policy=policy,
+            )
+
+        self._pool_thread_ids: set[int] = set()
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=handler_threads, thread_name_prefix="zmesh-handler"
+            max_workers=handler_threads, thread_name_prefix="zmesh-handler",
+            initializer=lambda: self._pool_thread_ids.add(threading.get_ident()),
         )
-        self._thread.start()
-        self._ready.wait()
+        self._loop = LoopThread(f"zmesh-loop-{mesh}")
+        self._agents: dict[str, Agent] = {}
+        self._closing = threading.Lock()
         self._closed = False
         try:
-            self._node: _node.Node = self._call(self._create(mesh, options))
+            self._node = self._loop.run(create)
+            self._loop.wait_for(self._node.start())
         except BaseException:
-            self._stop_loop()
+            self._loop.stop()
+            self._pool.shutdown(wait=True)
             raise
 
-    async def _create(self, mesh: str, options: dict[str, Any]) -> _node.Node:
-        node = _node.Node(mesh, **options)
-        await node.start()
-        return node
-
-    def _run_loop(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.call_soon(self._ready.set)
-        self._loop.run_forever()
-
-    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        if self._loop.is_closed():
+    def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
+        """The one way a call waits for the mesh: NodeClosed once closing began."""
+        if self._closed:
             coro.close()
-            raise NodeClosed("the node is closed")
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            coro.close()
-            raise RuntimeError("zmesh.sync calls cannot be made from the node's own event loop")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        return future.result(timeout)
+            raise NodeClosed(f"node {self.id!r} is closed")
+        return self._loop.wait_for(coro)
 
-    def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
-        self._pool.shutdown(wait=True)
+    def _wrap_handler(self, handler: Callable[..., Any], inline: bool = False) -> Callable[..., Any]:
+        """What to give the async agent: a handler that runs in a thread goes to this node's pool."""
+        if not callable(handler) or handler_mode(handler, inline) != THREAD:
+            return handler  # the async agent refuses it, or runs it on the loop as it would without us
+        return InPool(handler, self._pool)
+
+    def _twin(self, agent: _AsyncAgent) -> Agent:
+        """The sync Agent wrapping ``agent`` (run on the loop, so one per agent)."""
+        twin = self._agents.get(agent.id)
+        if twin is None or twin._agent is not agent:
+            twin = self._agents[agent.id] = Agent(self, agent)
+        return twin
 
     # -- lifecycle -------------------------------------------------------
 
@@ -106,16 +171,31 @@ class Node:
     ) -> None:
         self.close()
 
+    def start(self) -> None:
+        """Does nothing: the sync node starts when made (NodeClosed once closed)."""
+        self._wait(self._node.start())
+
     def close(self) -> None:
+        """Close the node, then stop its loop thread and its handler pool."""
         if self._closed:
             return
-        self._closed = True
+        self._loop.refuse_on_loop_thread("Node.close")  # before anything changes: the node stays usable
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
         try:
-            self._call(self._node.close())
+            self._loop.wait_for(self._node.close())
         finally:
-            self._stop_loop()
+            self._loop.stop()
+            # A plain handler closing its own node cannot wait for its own thread.
+            self._pool.shutdown(wait=threading.get_ident() not in self._pool_thread_ids)
 
-    # -- the same surface ------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._node.closed
+
+    # -- attributes of zmesh.Node, read-only here -------------------------
 
     @property
     def id(self) -> str:
@@ -126,56 +206,83 @@ class Node:
         return self._node.mesh
 
     @property
-    def endpoint(self) -> str:
-        return self._node.endpoint
+    def incarnation(self) -> str:
+        return self._node.incarnation
+
+    @property
+    def key(self) -> str:
+        return self._node.key
+
+    @property
+    def clock(self) -> Clock:
+        return self._node.clock
+
+    @property
+    def max_payload(self) -> int:
+        return self._node.max_payload
+
+    @property
+    def max_frame(self) -> int:
+        return self._node.max_frame
+
+    @property
+    def liveness_config(self) -> LivenessConfig:
+        return self._node.liveness_config
+
+    @property
+    def settle_timeout(self) -> float:
+        return self._node.settle_timeout
+
+    @property
+    def interfaces(self) -> str | Sequence[str] | None:
+        return self._node.interfaces
+
+    @property
+    def discovery_enabled(self) -> bool | None:
+        return self._node.discovery_enabled
+
+    @property
+    def store(self) -> Store | None:
+        return self._node.store
+
+    @property
+    def transport(self) -> Transport:
+        return self._node.transport
 
     @property
     def registry(self) -> Registry:
         return self._node.registry
 
     @property
-    def dead_letters(self) -> _SyncDeadLetters:
-        return _SyncDeadLetters(self)
+    def dead_letters(self) -> DeadLetters:
+        return DeadLetters(self, self._node.dead_letters)
 
-    @property
-    def peers(self) -> list[str]:
-        return self._node.peers
+    # -- the same surface ------------------------------------------------
 
     @property
     def async_node(self) -> _node.Node:
         """The underlying asyncio node (use only from its loop)."""
         return self._node
 
-    def agent(self, agent_id: str, *, capabilities: Iterable[str] = ()) -> Agent:
-        async def make() -> _AsyncAgent:
-            return self._node.agent(agent_id, capabilities=capabilities)
+    @property
+    def endpoint(self) -> str:
+        return self._node.endpoint
 
-        return Agent(self, self._call(make()))
+    @property
+    def pub_endpoint(self) -> str:
+        return self._node.pub_endpoint
 
-    def observe(self, callback: Observer) -> Callable[[], None]:
-        return self._node.observe(callback)
+    @property
+    def peers(self) -> list[str]:
+        return self._loop.run(lambda: self._node.peers)
 
-    def stats(self) -> dict[str, Any]:
-        async def get() -> dict[str, Any]:
-            return self._node.stats()
+    @property
+    def joining(self) -> bool:
+        return self._loop.run(lambda: self._node.joining)
 
-        return self._call(get())
-
-    def peer_stats(self, node_id: str, timeout: float = 5.0) -> dict[str, Any]:
-        """Node ``node_id``'s ``stats()``, asked over the mesh (``Node.peer_stats``)."""
-        return self._call(self._node.peer_stats(node_id, timeout))
-
-    def settled(self, timeout: float | None = None) -> bool:
-        return self._call(self._node.settled(timeout))
-
-    def wait_for_agents(self, *agent_ids: str, timeout: float = 10.0) -> None:
-        self._call(self._node.wait_for_agents(*agent_ids, timeout=timeout))
-
-    def connect(self, endpoint: str) -> None:
-        async def go() -> None:
-            self._node.connect(endpoint)
-
-        self._call(go())
+    @property
+    def uptime(self) -> float:
+        return self._loop.run(lambda: self._node.uptime)
 
     @property
     def public_key(self) -> str | None:
@@ -183,134 +290,94 @@ class Node:
 
     @property
     def trusted(self) -> frozenset[str]:
-        return self._node.trusted
+        return self._loop.run(lambda: self._node.trusted)
 
     def trust(self, *keys: str | bytes) -> None:
-        async def go() -> None:
-            self._node.trust(*keys)
-
-        self._call(go())
+        self._loop.run(self._node.trust, *keys)
 
     def distrust(self, *keys: str | bytes) -> None:
-        async def go() -> None:
-            self._node.distrust(*keys)
-
-        self._call(go())
+        self._loop.run(self._node.distrust, *keys)
 
     def reload_trusted(self) -> tuple[frozenset[str], frozenset[str]]:
-        async def go() -> tuple[frozenset[str], frozenset[str]]:
-            return self._node.reload_trusted()
+        return self._loop.run(self._node.reload_trusted)
 
-        return self._call(go())
+    def peer_endpoint(self, node_id: str) -> str | None:
+        return self._loop.run(self._node.peer_endpoint, node_id)
 
-    def _wrap_handler(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        if inspect.iscoroutinefunction(fn):
-            return fn
-        loop, pool = self._loop, self._pool
+    def connect(self, endpoint: str) -> None:
+        self._loop.run(self._node.connect, endpoint)
 
-        @functools.wraps(fn)
-        async def in_thread(arg: Any) -> Any:
-            return await loop.run_in_executor(pool, fn, arg)
+    def on_discovered(self, router_endpoint: str) -> None:
+        self._loop.run(self._node.on_discovered, router_endpoint)
 
-        return in_thread
+    def agent(
+        self,
+        agent_id: str,
+        *,
+        capabilities: Iterable[str] = (),
+        concurrency: int = DEFAULT_CONCURRENCY,
+        inbox_size: int = DEFAULT_INBOX,
+        inbox_bytes: int = DEFAULT_INBOX_BYTES,
+    ) -> Agent:
+        """Register an agent on this node (see :meth:`zmesh.Node.agent`)."""
+
+        def register() -> Agent:
+            return self._twin(self._node.agent(
+                agent_id, capabilities=capabilities, concurrency=concurrency, inbox_size=inbox_size,
+                inbox_bytes=inbox_bytes,
+            ))
+
+        return self._loop.run(register)
+
+    @property
+    def agents(self) -> dict[str, Agent]:
+        return self._loop.run(lambda: {agent_id: self._twin(a) for agent_id, a in self._node.agents.items()})
+
+    def observe(self, callback: Observer) -> Callable[[], None]:
+        """``callback(receipt)`` for every interaction, on the loop thread; returns its stop function."""
+        stop = self._loop.run(self._node.observe, callback)
+        return lambda: self._loop.run(stop)
+
+    def stats(self) -> dict[str, Any]:
+        return self._loop.run(self._node.stats)
+
+    def peer_stats(self, node_id: str, timeout: float = 5.0) -> dict[str, Any]:
+        """Node ``node_id``'s ``stats()``, asked over the mesh (``Node.peer_stats``)."""
+        return self._wait(self._node.peer_stats(node_id, timeout))
+
+    def settled(self, timeout: float | None = None) -> bool:
+        return self._wait(self._node.settled(timeout))
+
+    def wait_acked(self, timeout: float | None = None) -> bool:
+        return self._wait(self._node.wait_acked(timeout))
+
+    def wait_for_agents(self, *agent_ids: str, timeout: float = 10.0) -> None:
+        self._wait(self._node.wait_for_agents(*agent_ids, timeout=timeout))
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float, what: str = "condition") -> None:
+        """Wait until ``predicate()`` (called on the loop thread) is true; Timeout after ``timeout`` s."""
+        self._wait(self._node.wait_until(predicate, timeout, what))
 
 
-class _SyncDeadLetters:
-    def __init__(self, node: Node) -> None:
+class DeadLetters:
+    """The node's dead letters (:class:`zmesh.deadletters.DeadLetters`); ``redeliver`` waits."""
+
+    def __init__(self, node: Node, ring: _AsyncDeadLetters) -> None:
         self._node = node
-        self._ring = node._node.dead_letters
+        self._ring = ring
 
-    def __iter__(self) -> Any:
-        return iter(self._ring)
+    def __iter__(self) -> Iterator[DeadLetter]:
+        return iter(self._node._loop.run(list, self._ring))
 
     def __len__(self) -> int:
-        return len(self._ring)
+        return self._node._loop.run(len, self._ring)
 
     def clear(self) -> None:
-        self._ring.clear()
+        self._node._loop.run(self._ring.clear)
 
     def redeliver(self, entry: DeadLetter) -> None:
-        self._node._call(self._ring.redeliver(entry))
+        self._node._wait(self._ring.redeliver(entry))
 
 
-class Agent:
-    """Blocking twin of :class:`zmesh.Agent`."""
-
-    def __init__(self, node: Node, agent: _AsyncAgent) -> None:
-        self._node = node
-        self._agent = agent
-        self.id = agent.id
-        self.capabilities = agent.capabilities
-
-    def __repr__(self) -> str:
-        return f"<zmesh.sync.Agent {self.id!r} on {self._node.id!r}>"
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._node._closed:
-            coro.close()
-            raise NodeClosed(f"node {self._node.id!r} is closed")
-        return self._node._call(coro)
-
-    def on(self, topic: str) -> Callable[[H], H]:
-        def register(fn: H) -> H:
-            self.add_handler(topic, fn)
-            return fn
-
-        return register
-
-    def add_handler(self, topic: str, handler: Callable[[Message], Any]) -> None:
-        wrapped = self._node._wrap_handler(handler)
-
-        async def add() -> None:
-            self._agent.add_handler(topic, wrapped)
-
-        self._call(add())
-
-    def on_handoff(self, fn: H) -> H:
-        wrapped = self._node._wrap_handler(fn)
-
-        async def add() -> None:
-            self._agent.on_handoff(wrapped)
-
-        self._call(add())
-        return fn
-
-    def send(self, target: str, topic: str, payload: Any = None, **options: Any) -> Message:
-        return self._call(self._agent.send(target, topic, payload, **options))
-
-    def request(self, target: str, topic: str, payload: Any = None, **options: Any) -> Message:
-        return self._call(self._agent.request(target, topic, payload, **options))
-
-    def delegate(self, target: str, request: Message, **options: Any) -> Message:
-        return self._call(self._agent.delegate(target, request, **options))
-
-    def reply(self, request: Message, payload: Any = None) -> None:
-        self._call(self._agent.reply(request, payload))
-
-    def handoff(self, target: str, task_id: str, context: Any = None, **options: Any) -> HandoffResult:
-        return self._call(self._agent.handoff(target, task_id, context, **options))
-
-    def subscribe(self, pattern: str, handler: Callable[[Message], Any] | None = None) -> None:
-        wrapped = self._node._wrap_handler(handler) if handler is not None else None
-        self._call(self._agent.subscribe(pattern, wrapped))
-
-    def unsubscribe(self, pattern: str) -> None:
-        self._call(self._agent.unsubscribe(pattern))
-
-    def broadcast(self, topic: str, payload: Any = None, **options: Any) -> int:
-        return self._call(self._agent.broadcast(topic, payload, **options))
-
-    @property
-    def tasks(self) -> frozenset[str]:
-        return self._agent.tasks
-
-    @property
-    def subscriptions(self) -> frozenset[str]:
-        return self._agent.subscriptions
-
-    def claim(self, task_id: str) -> None:
-        self._agent.claim(task_id)
-
-    def close(self) -> None:
-        self._call(self._agent.close())
-
+copy_docs(Node, _node.Node)
+copy_docs(DeadLetters, _AsyncDeadLetters)
