@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import itertools
 import threading
@@ -520,3 +521,14 @@ def test_capabilities_assigned_on_the_sync_agent_are_republished() -> None:
         agent.capabilities = ["new"]
         two.wait_until(lambda: two.registry.find("new") == ["a"], 10, "the new capabilities to arrive")
         assert two.registry.find("old") == []
+
+
+def test_a_plain_handler_runs_as_many_calls_at_once_as_its_agents_concurrency() -> None:
+    concurrency = 40  # more than any default pool: each agent has threads of its own
+    barrier = threading.Barrier(concurrency, timeout=10)
+    with zs.Node("sync-pool", transport="inproc") as node:
+        a, worker = node.agent("a"), node.agent("w", concurrency=concurrency)
+        worker.add_handler("llm.call", lambda msg: barrier.wait())  # a sync SDK call, waiting on the network
+        with concurrent.futures.ThreadPoolExecutor(concurrency) as callers:
+            replies = list(callers.map(lambda _: a.request("w", "llm.call", timeout=20), range(concurrency)))
+        assert sorted(r.payload for r in replies) == list(range(concurrency))

@@ -95,7 +95,7 @@ class Agent:
         return register
 
     def add_handler(self, topic: str, handler: Handler, *, inline: bool = False) -> None:
-        self.node._loop.run(self._agent.add_handler, topic, self.node._wrap_handler(handler, inline), inline=inline)
+        self.node._loop.run(self._agent.add_handler, topic, self.node._wrap_handler(self._agent.id, handler, inline), inline=inline)
 
     def remove_handler(self, topic: str) -> None:
         self.node._loop.run(self._agent.remove_handler, topic)
@@ -104,7 +104,7 @@ class Agent:
         return _unwrapped(self.node._loop.run(self._agent.handler_for, topic))
 
     def on_handoff(self, fn: H) -> H:
-        self.node._loop.run(self._agent.on_handoff, self.node._wrap_handler(fn))
+        self.node._loop.run(self._agent.on_handoff, self.node._wrap_handler(self._agent.id, fn))
         return fn
 
     @property
@@ -185,7 +185,7 @@ class Agent:
     # -- pub/sub ---------------------------------------------------------
 
     def subscribe(self, pattern: str, handler: Handler | None = None, *, inline: bool = False) -> None:
-        wrapped = self.node._wrap_handler(handler, inline) if handler is not None else None
+        wrapped = self.node._wrap_handler(self._agent.id, handler, inline) if handler is not None else None
         self.node._wait(self._agent.subscribe(pattern, wrapped, inline=inline))
 
     def unsubscribe(self, pattern: str) -> None:

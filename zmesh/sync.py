@@ -40,7 +40,8 @@ from .clock import Clock
 from .deadletters import DeadLetter
 from .deadletters import DeadLetters as _AsyncDeadLetters
 from .errors import NodeClosed
-from .handlers import DEFAULT_WORKERS, THREAD, handler_mode
+from ._loop_watch import DEFAULT_BLOCK_WARNING
+from .handlers import THREAD, handler_mode
 from .liveness import LivenessConfig
 from .observer import Observer
 from .registry import Registry
@@ -59,9 +60,12 @@ class Node:
 
     Differences, each inherent:
 
-    * ``handler_threads``: the size of the pool that runs this node's plain
-      ``def`` handlers (``workers`` sizes the async node's own pool, which
-      runs only plain handlers given to ``async_agent`` directly).
+    * ``handler_threads``: the threads that run this node's plain ``def``
+      handlers. None (the default): each agent gets a pool of its own, as
+      many threads as its ``concurrency``, as ``workers=None`` does for
+      zmesh.Node; an int N: one pool of N threads shared by all agents.
+      (``workers`` sizes the async node's own pools, which run only plain
+      handlers given to ``async_agent`` directly.)
     * ``with`` instead of ``async with``; the node starts in the constructor.
     * ``events()`` is an async iterator: there is none here (iterate
       ``node.async_node.events()`` in async code on the node's loop).
@@ -99,7 +103,7 @@ class Node:
         dead_letter_capacity: int = 1024,
         liveness: LivenessConfig | None = None,
         settle_timeout: float = 5.0,
-        workers: int = DEFAULT_WORKERS,
+        workers: int | None = None,
         store: str | os.PathLike[str] | Store | None = None,
         port: int = 0,
         pub_port: int = 0,
@@ -110,7 +114,8 @@ class Node:
         trusted: TrustSpec | None = None,
         insecure: bool = False,
         policy: Mapping[str, Mapping[str, Any]] | None = None,
-        handler_threads: int = 8,
+        block_warning: float | None = DEFAULT_BLOCK_WARNING,
+        handler_threads: int | None = None,
     ) -> None:
         def create() -> _node.Node:
             return _node.Node(
@@ -118,14 +123,16 @@ class Node:
                 clock=clock, max_payload=max_payload, dead_letter_capacity=dead_letter_capacity,
                 liveness=liveness, settle_timeout=settle_timeout, workers=workers, store=store, port=port,
                 pub_port=pub_port, encoder=encoder, decoder=decoder, tracing=tracing, key=key, trusted=trusted,
-                insecure=insecure, policy=policy,
+                insecure=insecure, policy=policy, block_warning=block_warning,
             )
 
+        if handler_threads is not None and (handler_threads.__class__ is not int or handler_threads < 1):
+            raise ValueError(f"handler_threads must be a positive int or None, got {handler_threads!r}")
+        self._handler_threads = handler_threads
         self._pool_thread_ids: set[int] = set()
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=handler_threads, thread_name_prefix="zmesh-handler",
-            initializer=lambda: self._pool_thread_ids.add(threading.get_ident()),
-        )
+        self._pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}  # by agent id ("": shared)
+        self._concurrency: dict[str, int] = {}
+        self._pools_lock = threading.Lock()
         self._loop = LoopThread(f"zmesh-loop-{mesh}")
         self._agents: dict[str, Agent] = {}
         self._closing = threading.Lock()
@@ -135,7 +142,7 @@ class Node:
             self._loop.wait_for(self._node.start())
         except BaseException:
             self._loop.stop()
-            self._pool.shutdown(wait=True)
+            self._shut_pools(wait=True)
             raise
 
     def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -145,11 +152,30 @@ class Node:
             raise NodeClosed(f"node {self.id!r} is closed")
         return self._loop.wait_for(coro)
 
-    def _wrap_handler(self, handler: Callable[..., Any], inline: bool = False) -> Callable[..., Any]:
-        """What to give the async agent: a handler that runs in a thread goes to this node's pool."""
+    def _wrap_handler(self, agent_id: str, handler: Callable[..., Any], inline: bool = False) -> Callable[..., Any]:
+        """What to give the async agent: a handler that runs in a thread goes to the agent's pool."""
         if not callable(handler) or handler_mode(handler, inline) != THREAD:
             return handler  # the async agent refuses it, or runs it on the loop as it would without us
-        return InPool(handler, self._pool)
+        return InPool(handler, self._pool_for(agent_id))
+
+    def _pool_for(self, agent_id: str) -> concurrent.futures.ThreadPoolExecutor:
+        """The pool of ``agent_id``'s plain handlers (started empty: threads come when needed)."""
+        key = "" if self._handler_threads is not None else agent_id
+        with self._pools_lock:
+            pool = self._pools.get(key)
+            if pool is None:
+                size = self._handler_threads or self._concurrency.get(agent_id, DEFAULT_CONCURRENCY)
+                pool = self._pools[key] = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=size, thread_name_prefix=f"zmesh-handler-{key or 'shared'}",
+                    initializer=lambda: self._pool_thread_ids.add(threading.get_ident()),
+                )
+            return pool
+
+    def _shut_pools(self, wait: bool) -> None:
+        with self._pools_lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.shutdown(wait=wait)
 
     def _twin(self, agent: _AsyncAgent) -> Agent:
         """The sync Agent wrapping ``agent`` (run on the loop, so one per agent)."""
@@ -189,7 +215,7 @@ class Node:
         finally:
             self._loop.stop()
             # A plain handler closing its own node cannot wait for its own thread.
-            self._pool.shutdown(wait=threading.get_ident() not in self._pool_thread_ids)
+            self._shut_pools(wait=threading.get_ident() not in self._pool_thread_ids)
 
     @property
     def closed(self) -> bool:
@@ -232,6 +258,10 @@ class Node:
     @property
     def settle_timeout(self) -> float:
         return self._node.settle_timeout
+
+    @property
+    def block_warning(self) -> float | None:
+        return self._node.block_warning
 
     @property
     def interfaces(self) -> str | Sequence[str] | None:
@@ -307,9 +337,6 @@ class Node:
     def connect(self, endpoint: str) -> None:
         self._loop.run(self._node.connect, endpoint)
 
-    def on_discovered(self, router_endpoint: str) -> None:
-        self._loop.run(self._node.on_discovered, router_endpoint)
-
     def agent(
         self,
         agent_id: str,
@@ -322,6 +349,7 @@ class Node:
         """Register an agent on this node (see :meth:`zmesh.Node.agent`)."""
 
         def register() -> Agent:
+            self._concurrency[agent_id] = concurrency  # (checked by the async node)
             return self._twin(self._node.agent(
                 agent_id, capabilities=capabilities, concurrency=concurrency, inbox_size=inbox_size,
                 inbox_bytes=inbox_bytes,
