@@ -259,7 +259,9 @@ class Dispatch:
             self.dead(msg, "not_found")
         self.receipt(kind, "not_found", started, msg, "AgentNotRegistered")
         waited = self._clock.monotonic() - started
-        why = f" (waited {waited:.3g} s for it to appear, as this node had just started or joined)" if waited >= 0.001 else ""
+        why = f" (waited {waited:.3g} s for it to appear, as this node had just started or joined)"
+        if waited < 0.001:
+            why = ""
         return AgentNotRegistered(f"no node in mesh {self._node.mesh!r} hosts agent {msg.target!r}{why}")
 
     async def _redeliver(self, msg: Message) -> None:
