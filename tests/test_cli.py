@@ -11,6 +11,7 @@ import inspect
 import json
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +20,10 @@ import zmesh
 from tests.cli_process import CliProcess, run_zmesh
 from tests.helpers import wait_for
 from tests.test_fixed_port import free_port
+from zmesh._cli_commands import _refusal_hint
 from zmesh._cli_json import PayloadError, dumps, parse_payload
 from zmesh.cli import _parser
+from zmesh.security import keygen
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(60)]
 
@@ -248,14 +251,47 @@ def test_the_request_timeout_default_is_the_python_apis() -> None:
 # -- joining: a refusal stops at once ----------------------------------------
 
 
-async def test_a_mesh_name_mismatch_stops_at_once_and_says_so() -> None:
+async def test_a_mesh_name_mismatch_stops_at_once_and_names_the_mesh_that_answered() -> None:
     mesh = _mesh()
     async with zmesh.Node(mesh, discovery=False) as node:
         code, out, err = await run_zmesh(
             "peers", "--mesh", mesh.upper(), "--seed", node.endpoint, "--wait", "30", timeout=15)
     assert code == 1
     last = err.strip().splitlines()[-1]
-    assert "mesh names differ" in last and "check --mesh" in last, err
-    assert mesh not in last  # a refusal tells a stranger nothing about the mesh (issue 10)
+    assert "mesh names differ" in last and f"this node used {mesh.upper()!r}" in last, err
+    assert last.endswith(f"to join that mesh, pass --mesh {mesh}"), err
     assert "check --seed" not in err
     assert len(err.strip().splitlines()) == 1, err  # the explanation, not also the library's log line
+
+
+async def test_a_keyed_mesh_still_refuses_without_naming_itself(tmp_path: Path) -> None:
+    trusted = tmp_path / "trusted"
+    a_key, cli_key = keygen("a", trusted)[1], keygen("cli", trusted)[1]
+    mesh = _mesh()
+    async with zmesh.Node(mesh, discovery=False, key=a_key, trusted=trusted) as node:
+        code, out, err = await run_zmesh(
+            "peers", "--mesh", mesh.upper(), "--seed", node.endpoint, "--key", str(cli_key), "--trusted",
+            str(trusted), "--wait", "30", timeout=15)
+    assert code == 1
+    last = err.strip().splitlines()[-1]
+    assert last.endswith(f"refused this node: another mesh. The mesh names differ (they are case-sensitive): "
+                         f"check --mesh (this node used {mesh.upper()!r})"), err
+    assert mesh not in last
+
+
+@pytest.mark.parametrize("reason, hint", [
+    ("another mesh: 'lab'", "pass --mesh lab"),  # this version, keyless: the refusing node's mesh
+    ("another mesh: 'a b'", "pass --mesh 'a b'"),  # quoted for the shell
+    ("mesh 'Lab' is not 'lab'", "pass --mesh lab"),  # older versions: the stranger's name first
+    ("mesh 'lab' is not 'Lab'", "pass --mesh lab"),  # this node refused the other's HELLO: its own name second
+    ("another mesh", "check --mesh (this node used 'Lab')"),  # keyed, or a version in between: no name
+])
+def test_the_refusal_hint_names_the_other_mesh_whoever_refused(reason: str, hint: str) -> None:
+    said = _refusal_hint("tcp://127.0.0.1:5555", reason, "Lab")
+    assert said.startswith(f"tcp://127.0.0.1:5555 refused this node: {reason}. The mesh names differ"), said
+    assert said.endswith(hint), said
+
+
+def test_a_refusal_of_another_kind_gets_no_mesh_hint() -> None:
+    said = _refusal_hint("tcp://127.0.0.1:5555", "another protocol version", "Lab")
+    assert said == "tcp://127.0.0.1:5555 refused this node: another protocol version"

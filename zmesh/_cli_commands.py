@@ -9,6 +9,7 @@ import inspect
 import logging
 import os
 import re
+import shlex
 import sys
 from typing import Any, AsyncIterator
 
@@ -24,7 +25,12 @@ __all__ = ["CliError", "DEFAULT_REQUEST_TIMEOUT", "join", "peers", "send", "stdo
 #: ``zmesh request --timeout``'s default: the Python API's own (``Agent.request``).
 DEFAULT_REQUEST_TIMEOUT: float = float(inspect.signature(Agent.request).parameters["timeout"].default)
 
-_MESH_MISMATCH = re.compile(r"mesh (?P<ours>'.*'|\".*\") is not (?P<theirs>'.*'|\".*\")")
+# What a refusal over a mesh name says: the refusing node's mesh (this
+# version, keyless: ``another mesh: 'lab'``), both names (older versions, or
+# this node refusing the other's HELLO: ``mesh 'x' is not 'y'``), or nothing
+# (``another mesh``: keyed nodes, and versions in between).
+_OTHER_MESH = re.compile(r"another mesh: (?P<name>'.*'|\".*\")")
+_MESH_MISMATCH = re.compile(r"mesh (?P<first>'.*'|\".*\") is not (?P<second>'.*'|\".*\")")
 
 
 class CliError(Exception):
@@ -35,16 +41,37 @@ class CliError(Exception):
         self.exit_code = exit_code  # 2: the command line itself is wrong
 
 
+def _name(quoted: str) -> str | None:
+    try:
+        value = ast.literal_eval(quoted)
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _other_mesh(reason: str, mesh: str) -> str | None:
+    """The name of the mesh that refused this node (of mesh ``mesh``), if the refusal says it."""
+    said = _OTHER_MESH.fullmatch(reason)
+    if said is not None:
+        return _name(said["name"])
+    mismatch = _MESH_MISMATCH.fullmatch(reason)
+    if mismatch is None:
+        return None
+    first, second = _name(mismatch["first"]), _name(mismatch["second"])
+    # The refuser writes the stranger's name first; this node refusing the other's HELLO writes its own second.
+    return first if second == mesh else second
+
+
 def _refusal_hint(who: str, reason: str, mesh: str) -> str:
     """``who``: the refusing node's endpoint (older versions named the node)."""
     said = f"{who} refused this node: {reason}"
-    if reason == "another mesh":  # a refusal says no more to a stranger
-        return f"{said}. The mesh names differ (they are case-sensitive): check --mesh (this node used {mesh!r})"
-    mismatch = _MESH_MISMATCH.fullmatch(reason)
-    if mismatch is None:
+    differ = "The mesh names differ (they are case-sensitive)"
+    if reason == "another mesh":  # a keyed node or an older version: no name
+        return f"{said}. {differ}: check --mesh (this node used {mesh!r})"
+    theirs = _other_mesh(reason, mesh)
+    if theirs is None:
         return said
-    theirs = ast.literal_eval(mismatch["theirs"])
-    return f"{said}. The mesh names differ (they are case-sensitive): to join that mesh, pass --mesh {theirs}"
+    return f"{said}. {differ}: this node used {mesh!r}; to join that mesh, pass --mesh {shlex.quote(theirs)}"
 
 
 async def _collect_refusals(events: AsyncIterator[MeshEvent], refusals: dict[str, str]) -> None:
