@@ -22,7 +22,7 @@ from tests.helpers import wait_for
 from tests.test_fixed_port import free_port
 from zmesh._cli_commands import _refusal_hint
 from zmesh._cli_json import PayloadError, dumps, parse_payload
-from zmesh.cli import _parser
+from zmesh.cli import _parser, main
 from zmesh.security import keygen
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(60)]
@@ -295,3 +295,31 @@ def test_the_refusal_hint_names_the_other_mesh_whoever_refused(reason: str, hint
 def test_a_refusal_of_another_kind_gets_no_mesh_hint() -> None:
     said = _refusal_hint("tcp://127.0.0.1:5555", "another protocol version", "Lab")
     assert said == "tcp://127.0.0.1:5555 refused this node: another protocol version"
+
+
+# -- usage errors: the subcommand's own usage ----------------------------------
+
+
+_POSITIONALS = {"keygen": ["name"], "send": ["b", "topic", "1"], "request": ["b", "topic", "1"], "sub": ["news.>"]}
+
+
+@pytest.mark.parametrize("command", sorted(_parser()[1]))
+@pytest.mark.parametrize("bad", [["--bogus"], ["--bogus=1", "extra"]])
+def test_a_bad_flag_prints_the_subcommands_own_usage(
+    command: str, bad: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main([command, *_POSITIONALS.get(command, []), *bad])
+    out, err = capsys.readouterr()
+    assert exit.value.code == 2 and out == ""
+    assert err.startswith(f"usage: zmesh {command} "), err
+    assert err.rstrip().endswith(f"zmesh {command}: error: unrecognized arguments: {' '.join(bad)}"), err
+
+
+def test_a_bad_flag_before_the_subcommand_prints_the_top_level_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main(["--bogus", "peers"])
+    out, err = capsys.readouterr()
+    assert exit.value.code == 2 and out == ""
+    assert err.startswith("usage: zmesh [-h]"), err
+    assert err.rstrip().endswith("zmesh: error: unrecognized arguments: --bogus"), err

@@ -123,7 +123,21 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
                    help="take one view (two samples an --interval apart, for the rates), print it and exit")
     t.add_argument("--json", action="store_true",
                    help="print each view as one line of JSON instead of drawing it (needs no 'rich')")
+    for sub_parser in sub_parsers.choices.values():
+        sub_parser.set_defaults(subparser=sub_parser)  # so main() can say its usage, not the top level's
     return parser, frozenset(sub_parsers.choices)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The arguments; on an unknown one the subcommand's own usage and exit 2 (argparse
+    would print the top-level usage for it, the subcommand's for every other error)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        first = argv.index(unknown[0]) if unknown[0] in argv else len(argv)
+        before_the_command = first < argv.index(args.command)  # zmesh --bogus peers
+        (parser if before_the_command else args.subparser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 def _keygen(name: str, directory: str) -> int:
@@ -150,7 +164,7 @@ def _rich_missing() -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser, names = _parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if args.command == "demo":
         from .demo import run_demo
 
