@@ -11,6 +11,7 @@ import inspect
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ async def test_peers_send_request_and_sub() -> None:
             assert await sub.finish() == 0, sub.err
         assert [json.loads(line) for line in sub.out] == [{"topic": "news.today.x", "sender": "b", "payload": {"n": 1}}]
 
-        code, out, err = await run_zmesh("request", *seed, "nobody", "echo")
+        code, out, err = await run_zmesh("request", *seed, "nobody", "echo", "--null")
         assert code == 1 and "AgentNotRegistered" in err
 
 
@@ -93,7 +94,7 @@ async def test_port_binds_the_commands_node_on_that_port() -> None:
 
         node.agent("b").add_handler("where", sender_endpoint)
         code, out, err = await run_zmesh(
-            "request", "--mesh", mesh, "--seed", node.endpoint, "--port", str(port), "b", "where")
+            "request", "--mesh", mesh, "--seed", node.endpoint, "--port", str(port), "b", "where", "--null")
         assert code == 0, err
         assert json.loads(out) == f"tcp://127.0.0.1:{port}"
 
@@ -199,7 +200,7 @@ async def test_output_is_strict_json_even_for_nan_and_infinity() -> None:
     async with zmesh.Node(mesh, discovery=False) as node:
         node.agent("b").add_handler(
             "floats", lambda msg: {"nan": math.nan, "up": math.inf, "down": [-math.inf, 1.5]})
-        code, out, err = await run_zmesh("request", "--mesh", mesh, "--seed", node.endpoint, "b", "floats")
+        code, out, err = await run_zmesh("request", "--mesh", mesh, "--seed", node.endpoint, "b", "floats", "--null")
         assert code == 0, err
         assert _strict_loads(out) == {"nan": "NaN", "up": "Infinity", "down": ["-Infinity", 1.5]}
 
@@ -226,7 +227,7 @@ async def test_request_prints_a_timestamp_as_iso_8601() -> None:
     when = datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.timezone(datetime.timedelta(hours=2)))
     async with zmesh.Node(mesh, discovery=False) as node:
         node.agent("b").add_handler("when", lambda msg: {"at": when})
-        code, out, err = await run_zmesh("request", "--mesh", mesh, "--seed", node.endpoint, "b", "when")
+        code, out, err = await run_zmesh("request", "--mesh", mesh, "--seed", node.endpoint, "b", "when", "--null")
         assert code == 0, err
         assert _strict_loads(out) == {"at": "2024-05-01T10:30:00+00:00"}  # the same instant, in UTC
         assert datetime.datetime.fromisoformat(_strict_loads(out)["at"]) == when
@@ -323,3 +324,44 @@ def test_a_bad_flag_before_the_subcommand_prints_the_top_level_usage(capsys: pyt
     assert exit.value.code == 2 and out == ""
     assert err.startswith("usage: zmesh [-h]"), err
     assert err.rstrip().endswith("zmesh: error: unrecognized arguments: --bogus"), err
+
+
+# -- a payload, or --null -----------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["request", "send"])
+async def test_no_payload_is_a_usage_error_that_says_how_to_send_none(command: str) -> None:
+    mesh = _mesh()
+    async with zmesh.Node(mesh, discovery=False) as node:
+        got: list[object] = []
+        node.agent("b").add_handler("t", lambda msg: got.append(msg.payload))
+        code, out, err = await run_zmesh(command, "--mesh", mesh, "--seed", node.endpoint, "b", "t")
+        assert code == 2 and out == "", (out, err)
+        assert err.startswith(f"usage: zmesh {command} "), err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith(f"zmesh {command}: error: no payload") and "--null" in last and "--raw" in last, err
+        assert got == [] and node.peers == []  # it never joined
+
+
+@pytest.mark.parametrize("command", ["request", "send"])
+async def test_null_sends_null_and_goes_with_no_payload(command: str) -> None:
+    mesh = _mesh()
+    async with zmesh.Node(mesh, discovery=False) as node:
+        got: list[object] = []
+
+        def handle(msg: zmesh.Message) -> str:
+            got.append(msg.payload)
+            return "got it"
+
+        node.agent("b").add_handler("t", handle)
+        seed = ["--mesh", mesh, "--seed", node.endpoint]
+        code, out, err = await run_zmesh(command, *seed, "b", "t", "--null")
+        assert code == 0, err
+        await wait_for(lambda: got == [None], 5, "the null")
+        if command == "request":
+            assert _strict_loads(out) == "got it"
+        for clash in (["1", "--null"], ["--raw", "x", "--null"], ["--null", "--raw", "x"]):
+            code, out, err = await run_zmesh(command, *seed, "b", "t", *clash)
+            assert code == 2 and "--null" in err, err
+            assert re.search(r"error: argument \S+: not allowed with argument", err), err
+        assert got == [None]

@@ -3,8 +3,8 @@
     zmesh demo [--keep] [--secure]               three processes collaborate (local-only)
     zmesh keygen NAME [--dir DIR]                write NAME.key and NAME.key_secret
     zmesh peers   --mesh lab [--seed EP]         the registry as a table
-    zmesh send    --mesh lab TARGET TOPIC [JSON] fire-and-forget
-    zmesh request --mesh lab TARGET TOPIC [JSON] request and print the reply
+    zmesh send    --mesh lab TARGET TOPIC PAYLOAD fire-and-forget
+    zmesh request --mesh lab TARGET TOPIC PAYLOAD request and print the reply
     zmesh sub     --mesh lab PATTERN             print broadcasts as JSON lines
     zmesh top     --mesh lab [--once] [--json]   a live view: nodes, agents, rates, events
 
@@ -13,9 +13,9 @@ interfaces (``--interfaces``, default ``$ZMESH_INTERFACES`` or local-only).
 A mesh with keys needs ``--key`` and ``--trusted`` (or ``$ZMESH_KEY`` and
 ``$ZMESH_TRUSTED``); beyond loopback without keys, ``--insecure``.
 
-Payloads are strict JSON (``--raw TEXT`` sends TEXT as a plain string);
-what is printed is strict JSON too (see :mod:`zmesh._cli_json`). Exit codes:
-0 done (``top``: ``q`` pressed), 1 the mesh said no (or nobody answered),
+PAYLOAD is strict JSON, ``--raw TEXT`` (TEXT as a plain string) or
+``--null`` (no payload); leaving it out is a usage error. What is
+printed is strict JSON too (see :mod:`zmesh._cli_json`). Exit codes: 0 done (``top``: ``q`` pressed), 1 the mesh said no (or nobody answered),
 2 usage error (``top``'s live view without ``rich`` installed), 130 Ctrl-C,
 143 SIGTERM; on either signal the node says goodbye to its peers first.
 """
@@ -108,6 +108,7 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
         payload.add_argument("payload", nargs="?", help="the payload, as strict JSON (a string is quoted: '\"hi\"')")
         payload.add_argument("--raw", "--string", metavar="TEXT",
                              help="send TEXT as a plain string instead of a JSON payload")
+        payload.add_argument("--null", action="store_true", help="send no payload (null)")
         if name == "request":
             p.add_argument("--timeout", type=_positive, default=DEFAULT_REQUEST_TIMEOUT,
                            help=f"seconds to wait for the reply (default {DEFAULT_REQUEST_TIMEOUT:g}, "
@@ -172,6 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "keygen":
         return _keygen(args.name, args.dir)
     if args.command in ("send", "request"):
+        if args.payload is None and args.raw is None and not args.null:
+            args.subparser.error("no payload: give one as JSON ('{\"x\": 1}', '\"text\"'), "
+                                 "--raw TEXT for a plain string, or --null to send none (null)")
         try:
             args.payload_value = args.raw if args.raw is not None else parse_payload(args.payload)
         except PayloadError as exc:
