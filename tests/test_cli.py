@@ -21,7 +21,7 @@ import zmesh
 from tests.cli_process import CliProcess, run_zmesh
 from tests.helpers import wait_for
 from tests.test_fixed_port import free_port
-from zmesh._cli_commands import _refusal_hint
+from zmesh._cli_commands import CLI_NODE_PREFIX, _refusal_hint, cli_node_name, is_cli_probe
 from zmesh._cli_json import PayloadError, dumps, parse_payload
 from zmesh.cli import _parser, main
 from zmesh.security import keygen
@@ -56,7 +56,7 @@ async def test_peers_send_request_and_sub() -> None:
         code, out, err = await run_zmesh("request", *seed, "b", "echo", '{"x": 1}')
         assert code == 0, err
         reply = json.loads(out)
-        assert reply["echo"] == {"x": 1} and reply["from"].startswith("cli-")
+        assert reply["echo"] == {"x": 1} and reply["from"].startswith(CLI_NODE_PREFIX)
 
         code, out, err = await run_zmesh("send", *seed, "b", "note", '"hello"')
         assert code == 0, err
@@ -324,6 +324,18 @@ def test_a_bad_flag_before_the_subcommand_prints_the_top_level_usage(capsys: pyt
     assert exit.value.code == 2 and out == ""
     assert err.startswith("usage: zmesh [-h]"), err
     assert err.rstrip().endswith("zmesh: error: unrecognized arguments: --bogus"), err
+
+
+# -- CLI probe nodes ------------------------------------------------------------
+
+
+_PROBE_NAME = re.compile(rf"{re.escape(CLI_NODE_PREFIX)}\d+-[0-9a-f]{{4}}")
+
+
+def test_two_cli_nodes_of_one_process_have_two_names() -> None:
+    names = {cli_node_name() for _ in range(20)}
+    assert len(names) > 1 and all(_PROBE_NAME.fullmatch(n) and str(os.getpid()) in n for n in names), names
+    assert all(is_cli_probe(n) for n in names) and not is_cli_probe("cli-4242") and not is_cli_probe("hub")
 
 
 # -- a payload, or --null -----------------------------------------------------

@@ -11,7 +11,10 @@
 Without ``--seed`` the command finds the mesh by mDNS on the chosen
 interfaces (``--interfaces``, default ``$ZMESH_INTERFACES`` or local-only).
 A mesh with keys needs ``--key`` and ``--trusted`` (or ``$ZMESH_KEY`` and
-``$ZMESH_TRUSTED``); beyond loopback without keys, ``--insecure``.
+``$ZMESH_TRUSTED``); beyond loopback without keys, ``--insecure``. Each
+command joins as a short-lived probe node named ``zmesh-cli-<pid>-<hex>``
+(:data:`zmesh._cli_commands.CLI_NODE_PREFIX`), which ``peers`` and ``top``
+mark.
 
 PAYLOAD is strict JSON, ``--raw TEXT`` (TEXT as a plain string) or
 ``--null`` (no payload); leaving it out is a usage error. What is
@@ -28,7 +31,7 @@ import sys
 from typing import Any, Callable, Coroutine, Sequence
 
 from . import __version__
-from ._cli_commands import DEFAULT_REQUEST_TIMEOUT, CliError, peers, send, sub
+from ._cli_commands import CLI_NODE_PREFIX, DEFAULT_REQUEST_TIMEOUT, CliError, peers, send, sub
 from ._cli_json import PayloadError, parse_payload
 from ._cli_signals import run_command
 from ._top import RICH_MISSING, top
@@ -98,7 +101,11 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
     keygen = sub_parsers.add_parser("keygen", help="write a key pair: NAME.key (public) and NAME.key_secret")
     keygen.add_argument("name", help="the key's name, e.g. the node's")
     keygen.add_argument("--dir", default=".", help="where to write the files (default: the current directory)")
-    _common(sub_parsers.add_parser("peers", help="show the mesh registry"))
+    peers = sub_parsers.add_parser("peers", help="show the mesh registry",
+                                   description=f"Show the mesh registry: every node, its endpoint and agents. "
+                                               f"Nodes named {CLI_NODE_PREFIX}* are other zmesh commands' "
+                                               "short-lived probe nodes, marked '(cli probe)'.")
+    _common(peers)
     for name, help_text in (("send", "send a fire-and-forget message"), ("request", "send a request")):
         p = sub_parsers.add_parser(name, help=help_text)
         _common(p)
