@@ -326,10 +326,83 @@ def test_a_bad_flag_before_the_subcommand_prints_the_top_level_usage(capsys: pyt
     assert err.rstrip().endswith("zmesh: error: unrecognized arguments: --bogus"), err
 
 
-# -- CLI probe nodes ------------------------------------------------------------
+# -- what each command prints: JSON -------------------------------------------
 
 
 _PROBE_NAME = re.compile(rf"{re.escape(CLI_NODE_PREFIX)}\d+-[0-9a-f]{{4}}")
+
+
+async def test_peers_json_is_the_registry_and_marks_cli_probe_nodes() -> None:
+    mesh = _mesh()
+    async with zmesh.Node(mesh, discovery=False) as node:
+        b = node.agent("b", capabilities=("echo", "math"))
+        await b.subscribe("news.>", lambda msg: None)
+        node.agent("a")
+        seed = ["--mesh", mesh, "--seed", node.endpoint]
+        async with CliProcess("sub", *seed, "never.>") as sub:  # a probe node that stays while peers looks
+            await wait_for(lambda: any(_PROBE_NAME.fullmatch(p) for p in node.peers), 15, "the sub's node")
+            probe = next(p for p in node.peers if _PROBE_NAME.fullmatch(p))
+
+            code, out, err = await run_zmesh("peers", *seed, "--json")
+            assert code == 0, err
+            assert out.count("\n") == 1
+            view = _strict_loads(out)
+            code, table, err = await run_zmesh("peers", *seed)
+            assert code == 0, err
+        assert sub.err == []
+    assert view["mesh"] == mesh
+    nodes = {n["node_id"]: n for n in view["nodes"]}
+    assert set(nodes) == {node.id, probe}  # not the peers command's own node
+    assert nodes[node.id] == {
+        "node_id": node.id, "endpoint": node.endpoint, "incarnation": node.incarnation, "cli_probe": False,
+        "agents": [{"agent_id": "a", "capabilities": [], "subscriptions": []},
+                   {"agent_id": "b", "capabilities": ["echo", "math"], "subscriptions": ["news.>"]}],
+    }
+    assert nodes[probe]["cli_probe"] is True
+    assert nodes[probe]["agents"] == [{"agent_id": probe, "capabilities": [], "subscriptions": ["never.>"]}]
+    probe_line = next(line for line in table.splitlines() if line.startswith(probe))
+    assert probe_line.startswith(f"{probe} (cli probe) "), table
+    node_line = next(line for line in table.splitlines() if line.startswith(node.id))
+    assert "(cli probe)" not in node_line, table
+
+
+async def test_send_prints_one_json_object_and_every_printing_command_takes_json() -> None:
+    mesh = _mesh()
+    async with zmesh.Node(mesh, discovery=False) as node:
+        b = node.agent("b")
+        got: list[zmesh.Message] = []
+        b.add_handler("note", got.append)
+        b.add_handler("echo", lambda msg: msg.payload)
+        seed = ["--mesh", mesh, "--seed", node.endpoint]
+        for flags in ([], ["--json"]):
+            code, out, err = await run_zmesh("send", *seed, "b", "note", '"hello"', *flags)
+            assert code == 0, err
+            assert out.count("\n") == 1
+            sent = _strict_loads(out)
+            await wait_for(lambda: len(got) == 1, 5, "the note")
+            msg = got.pop()
+            assert sent == {"id": msg.id, "target": "b", "topic": "note"}
+            assert _PROBE_NAME.fullmatch(msg.sender), msg.sender  # the probe node's name, its agent's too
+
+        code, out, err = await run_zmesh("request", *seed, "b", "echo", '{"x": [1]}', "--json")
+        assert code == 0, err
+        assert _strict_loads(out) == {"x": [1]}
+        async with CliProcess("sub", *seed, "news.>", "--count", "1", "--json") as sub:
+            await wait_for(lambda: node.registry.subscribers("news.x"), 15, "the cli subscriber")
+            assert await b.broadcast("news.x", 5) == 1
+            assert await sub.finish() == 0, sub.err
+        assert [_strict_loads(line)["payload"] for line in sub.out] == [5]
+
+
+@pytest.mark.parametrize("command", ["", "peers", "send", "request", "sub", "top"])
+def test_the_help_says_what_json_each_command_prints(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main([command, "--help"] if command else ["--help"])
+    out = " ".join(capsys.readouterr().out.split())  # as one line: argparse wraps it
+    assert exit.value.code == 0 and "--json" in out, out
+    if not command:
+        assert "peers prints a table (--json: the registry as one JSON object)" in out, out
+        assert 'send prints {"id", "target", "topic"} as JSON' in out, out
 
 
 def test_two_cli_nodes_of_one_process_have_two_names() -> None:

@@ -171,6 +171,17 @@ def _endpoint(node: Node, record: NodeRecord) -> str:
     return node.peer_endpoint(record.node_id) or record.router  # the endpoint we actually dial
 
 
+def _registry_json(node: Node) -> dict[str, Any]:
+    """``peers --json``: every other node of the registry, with its agents."""
+    return {"mesh": node.mesh, "nodes": [
+        {"node_id": rec.node_id, "endpoint": _endpoint(node, rec), "incarnation": rec.incarnation,
+         "cli_probe": is_cli_probe(rec.node_id),
+         "agents": [{"agent_id": agent_id, "capabilities": list(rec.agents[agent_id]),
+                     "subscriptions": sorted(rec.subs.get(agent_id, ()))} for agent_id in sorted(rec.agents)]}
+        for rec in node.registry.nodes() if rec.node_id != node.id
+    ]}
+
+
 def _registry_table(node: Node) -> str:
     rows = [["NODE", "ENDPOINT", "AGENT", "CAPABILITIES", "SUBSCRIPTIONS"]]
     for rec in node.registry.nodes():
@@ -191,7 +202,7 @@ def _registry_table(node: Node) -> str:
 async def peers(args: argparse.Namespace) -> int:
     node = await join(args)
     try:
-        print(_registry_table(node))
+        print(dumps(_registry_json(node)) if args.json else _registry_table(node))
     finally:
         await node.close()
     return 0
@@ -206,7 +217,7 @@ async def send(args: argparse.Namespace) -> int:
         if args.command == "send":
             msg = await agent.send(args.target, args.topic, args.payload_value)
             await node.settled(args.wait)  # let the frame leave before we close
-            print(f"sent {msg.id}")
+            print(dumps({"id": msg.id, "target": msg.target, "topic": msg.topic}))
         else:
             reply = await agent.request(args.target, args.topic, args.payload_value, timeout=args.timeout)
             print(dumps(reply.payload))
