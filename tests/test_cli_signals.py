@@ -55,7 +55,8 @@ async def test_a_signal_during_a_request_exits_cleanly_and_says_goodbye(
 
         watcher = asyncio.ensure_future(watch())
         try:
-            async with CliProcess("request", "--mesh", mesh, "--seed", node.endpoint, "b", "slow") as cli:
+            async with CliProcess("request", "--mesh", mesh, "--seed", node.endpoint, "b", "slow",
+                                  "--null") as cli:
                 await asyncio.wait_for(asked.wait(), 15)
                 cli.proc.send_signal(signum)
                 assert await cli.finish() == code

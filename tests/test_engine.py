@@ -291,9 +291,9 @@ def test_refused_knock_stops_retrying() -> None:
     net.deliver_all()
     assert a.dropped["refused"] == 1
     assert net.events("a") == [(0.0, MeshEvent("peer_refused", "x", detail="mesh 'other' is not 'lab'"))]
-    # The refusal tells x nothing about a's mesh or name: x knows only where it knocked.
+    # The refusal tells x a's mesh name (so x can say which mesh to join), not a's node name.
     assert [(e.kind, e.node_id, e.detail) for _, e in net.events("x")] == [
-        ("peer_refused", router("a"), "another mesh")]
+        ("peer_refused", router("a"), "another mesh: 'lab'")]
     assert x.members.knocks[router("a")].state == "refused"
     assert a.members.peers == {} and x.members.peers == {}
     net.advance(30.0)

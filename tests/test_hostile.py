@@ -262,7 +262,9 @@ def test_request_ids_are_not_guessable_from_earlier_ones() -> None:
 # -- e: REFUSE --------------------------------------------------------------------------
 
 
-async def test_a_refusal_tells_a_stranger_nothing_about_the_mesh() -> None:
+async def test_a_refusal_tells_a_stranger_the_mesh_name_and_nothing_else() -> None:
+    """Only the refusing node's mesh name (mDNS adverts carry it anyway): no node name, and nothing the stranger
+    sent is echoed to the endpoint it claims."""
     async with Mesh("zmq") as m:
         node = await m.node(name="secret-node-name")
         ctx = zmq.Context.instance()
@@ -282,8 +284,9 @@ async def test_a_refusal_tells_a_stranger_nothing_about_the_mesh() -> None:
             _, frame = router.recv_multipart()
             refusal = msgpack.unpackb(frame)
             assert refusal[1][0] == 7
+            assert refusal[1][1:3] == [f"another mesh: {m.name!r}", ""], refusal
             text = repr(refusal)
-            assert m.name not in text and "secret-node-name" not in text, text
+            assert "secret-node-name" not in text and "some-other-mesh" not in text and "stranger" not in text, text
             assert node.stats()["dropped"]["refused"] == 1
         finally:
             router.close()

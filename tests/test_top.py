@@ -29,11 +29,12 @@ import pytest
 from rich.console import Console
 
 import zmesh
-from tests.cli_process import ROOT, ZMESH, cli_env, run_zmesh
+from tests.cli_process import ROOT, ZMESH, CliProcess, cli_env, run_zmesh
 from tests.helpers import wait_for
 from tests.test_multiprocess import Procs
+from zmesh._cli_commands import CLI_NODE_PREFIX, cli_node_name, is_cli_probe
 from zmesh._top import TopCollector
-from zmesh._top_view import render
+from zmesh._top_view import probes_line, render
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(60)]
 
@@ -177,7 +178,7 @@ async def test_once_json_shows_the_mesh_with_rates() -> None:
     assert code == 0, err
     assert out.count("\n") == 1
     view = json.loads(out)
-    assert view["mesh"] == hub.node.mesh and view["observer"].startswith("cli-")
+    assert view["mesh"] == hub.node.mesh and view["observer"].startswith(CLI_NODE_PREFIX)
     nodes = {n["node_id"]: n for n in view["nodes"]}
     agents = {a["agent_id"]: a for a in view["agents"]}
     assert set(nodes) == NODES and set(agents) == AGENTS
@@ -188,6 +189,78 @@ async def test_once_json_shows_the_mesh_with_rates() -> None:
     assert (agents["slow"]["inbox"], agents["slow"]["dropped"], agents["slow"]["dead_letters"]) == (2, 7, 1)
     assert isinstance(view["events"], list)
 
+
+
+# -- CLI probe nodes: folded, marked -------------------------------------------------------------
+
+
+async def test_cli_probe_nodes_fold_into_one_line_and_are_marked() -> None:
+    mesh = f"top-probes-{os.getpid()}-{os.urandom(3).hex()}"
+    async with zmesh.Node(mesh, name="hub", discovery=False) as hub:
+        hub.agent("b").add_handler("note", lambda msg: None)
+        seed = ["--mesh", mesh, "--seed", hub.endpoint]
+        observer = zmesh.Node(mesh, name=cli_node_name(), seeds=[hub.endpoint], discovery=False)  # as top's
+        async with observer:
+            await observer.wait_until(lambda: "hub" in observer.peers and not observer.joining, 10, "the hub")
+            collector = TopCollector(observer, timeout=5)
+            collector.watch(observer.events())
+            try:
+                for command in (["peers"], ["send", "b", "note", "1"]):  # 2 and 4 events
+                    code, _, err = await run_zmesh(command[0], *seed, *command[1:])
+                    assert code == 0, err
+                hub.agent("late")  # an event of a node that is no probe: it stays one
+                await wait_for(lambda: collector.probes["went"] == 2 and any(
+                    e["agent_id"] == "late" for e in collector.events), 10, "the commands to come and go")
+                async with CliProcess("sub", *seed, "x.>") as sub:  # a probe node that stays
+                    await wait_for(lambda: any(is_cli_probe(r.node_id) and r.node_id != observer.id
+                                               for r in observer.registry.nodes()), 15, "the sub's node")
+                    view = await collector.snapshot()
+                assert sub.err == []
+            finally:
+                await collector.close()
+    assert [(e["kind"], e["node_id"], e["agent_id"]) for e in view["events"]] == [("agent_joined", "hub", "late")]
+    assert {k: view["cli_probes"][k] for k in ("came", "went", "here")} == {"came": 3, "went": 2, "here": 1}
+    assert isinstance(view["cli_probes"]["last"], float)
+    marks = {n["node_id"]: n["cli_probe"] for n in view["nodes"]}
+    probe = next(node_id for node_id in marks if node_id != "hub")
+    assert marks == {"hub": False, probe: True} and is_cli_probe(probe)
+
+    lines = _text(view).splitlines()
+    assert any(f"{CLI_NODE_PREFIX}*" in line and "CLI probe nodes: 3 came, 2 went (folded)" in line
+               for line in lines), lines
+    assert any(line.split()[:3] == [probe, "(cli", "probe)"] for line in lines), lines
+    assert any("1 nodes (+1 CLI probe), " in line for line in lines), lines
+    assert not any(kind in line and CLI_NODE_PREFIX in line for line in lines
+                   for kind in ("peer_joined", "peer_left", "agent_joined", "agent_left")), lines
+
+
+def test_the_folded_line_says_came_and_went_when_they_match() -> None:
+    assert probes_line({"came": 3, "went": 3}) == "3 CLI probe nodes came and went"
+    assert probes_line({"came": 1, "went": 1}) == "1 CLI probe node came and went"
+    assert probes_line({"came": 0, "went": 1}) == "CLI probe nodes: 0 came, 1 went"
+    assert probes_line({"came": 0, "went": 0}) == "" and probes_line({}) == ""
+
+
+async def test_top_json_counts_other_commands_probe_nodes_not_its_own() -> None:
+    mesh = f"top-self-{os.getpid()}-{os.urandom(3).hex()}"
+    async with zmesh.Node(mesh, name="hub", discovery=False) as hub:
+        hub.agent("b")
+        seed = ["--mesh", mesh, "--seed", hub.endpoint]
+        async with CliProcess("top", *seed, "--json", "--interval", "0.1") as top:
+            await top.wait_for_output(lambda out: bool(out), 15, "top's first view")
+            for _ in range(2):
+                code, _, err = await run_zmesh("peers", *seed)
+                assert code == 0, err
+
+            def went_twice(out: list[str]) -> bool:
+                return any(json.loads(line)["cli_probes"]["went"] >= 2 for line in out)
+
+            await top.wait_for_output(went_twice, 15, "both commands to come and go")
+            view = next(v for v in map(json.loads, top.out) if v["cli_probes"]["went"] >= 2)
+    assert is_cli_probe(view["observer"])
+    assert {k: view["cli_probes"][k] for k in ("came", "went", "here")} == {"came": 2, "went": 2, "here": 0}
+    assert [n["node_id"] for n in view["nodes"]] == ["hub"]
+    assert not any(is_cli_probe(e["node_id"]) for e in view["events"]), view["events"]
 
 # -- the live view, on a pseudo-terminal ---------------------------------------------------------
 
@@ -274,7 +347,8 @@ async def test_the_live_view_draws_the_mesh_and_quits_on_q_or_ctrl_c(key: bytes,
             assert "interrupted" not in top.screen.replace(last_words, "") and "Traceback" not in top.screen
             restored = termios.tcgetattr(top.slave)
             assert restored[3] & (termios.ICANON | termios.ECHO) == top.cooked[3] & (termios.ICANON | termios.ECHO)
-            await wait_for(lambda: not any(p.startswith("cli-") for p in hub.node.peers), 5, "top's goodbye")
+            await wait_for(lambda: not any(p.startswith(CLI_NODE_PREFIX) for p in hub.node.peers), 5,
+                           "top's goodbye")
         finally:
             top.close()
 

@@ -9,6 +9,7 @@ import inspect
 import logging
 import os
 import re
+import shlex
 import sys
 from typing import Any, AsyncIterator
 
@@ -17,14 +18,36 @@ from .agent import Agent
 from .errors import ZmeshError
 from .message import Message
 from .node import Node
-from .registry import MeshEvent
+from .registry import MeshEvent, NodeRecord
 
-__all__ = ["CliError", "DEFAULT_REQUEST_TIMEOUT", "join", "peers", "send", "stdout_gone", "sub"]
+__all__ = ["CLI_NODE_PREFIX", "CliError", "DEFAULT_REQUEST_TIMEOUT", "cli_node_name", "is_cli_probe", "join",
+           "peers", "send", "stdout_gone", "sub"]
+
+#: Every ``zmesh`` command joins as a short-lived node named this, then its
+#: pid and 4 random hex digits (``zmesh-cli-4242-1a2b``): its *probe node*.
+#: ``peers`` and ``top`` mark such nodes, and ``top`` folds their comings
+#: and goings into one count.
+CLI_NODE_PREFIX = "zmesh-cli-"
 
 #: ``zmesh request --timeout``'s default: the Python API's own (``Agent.request``).
 DEFAULT_REQUEST_TIMEOUT: float = float(inspect.signature(Agent.request).parameters["timeout"].default)
 
-_MESH_MISMATCH = re.compile(r"mesh (?P<ours>'.*'|\".*\") is not (?P<theirs>'.*'|\".*\")")
+# What a refusal over a mesh name says: the refusing node's mesh (this
+# version, keyless: ``another mesh: 'lab'``), both names (older versions, or
+# this node refusing the other's HELLO: ``mesh 'x' is not 'y'``), or nothing
+# (``another mesh``: keyed nodes, and versions in between).
+_OTHER_MESH = re.compile(r"another mesh: (?P<name>'.*'|\".*\")")
+_MESH_MISMATCH = re.compile(r"mesh (?P<first>'.*'|\".*\") is not (?P<second>'.*'|\".*\")")
+
+
+def cli_node_name() -> str:
+    """A new probe node's name: two commands of one process (or one pid reused) do not collide."""
+    return f"{CLI_NODE_PREFIX}{os.getpid()}-{os.urandom(2).hex()}"
+
+
+def is_cli_probe(node_id: str) -> bool:
+    """Is ``node_id`` a ``zmesh`` command's probe node (by its name)?"""
+    return node_id.startswith(CLI_NODE_PREFIX)
 
 
 class CliError(Exception):
@@ -35,16 +58,37 @@ class CliError(Exception):
         self.exit_code = exit_code  # 2: the command line itself is wrong
 
 
+def _name(quoted: str) -> str | None:
+    try:
+        value = ast.literal_eval(quoted)
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _other_mesh(reason: str, mesh: str) -> str | None:
+    """The name of the mesh that refused this node (of mesh ``mesh``), if the refusal says it."""
+    said = _OTHER_MESH.fullmatch(reason)
+    if said is not None:
+        return _name(said["name"])
+    mismatch = _MESH_MISMATCH.fullmatch(reason)
+    if mismatch is None:
+        return None
+    first, second = _name(mismatch["first"]), _name(mismatch["second"])
+    # The refuser writes the stranger's name first; this node refusing the other's HELLO writes its own second.
+    return first if second == mesh else second
+
+
 def _refusal_hint(who: str, reason: str, mesh: str) -> str:
     """``who``: the refusing node's endpoint (older versions named the node)."""
     said = f"{who} refused this node: {reason}"
-    if reason == "another mesh":  # a refusal says no more to a stranger
-        return f"{said}. The mesh names differ (they are case-sensitive): check --mesh (this node used {mesh!r})"
-    mismatch = _MESH_MISMATCH.fullmatch(reason)
-    if mismatch is None:
+    differ = "The mesh names differ (they are case-sensitive)"
+    if reason == "another mesh":  # a keyed node or an older version: no name
+        return f"{said}. {differ}: check --mesh (this node used {mesh!r})"
+    theirs = _other_mesh(reason, mesh)
+    if theirs is None:
         return said
-    theirs = ast.literal_eval(mismatch["theirs"])
-    return f"{said}. The mesh names differ (they are case-sensitive): to join that mesh, pass --mesh {theirs}"
+    return f"{said}. {differ}: this node used {mesh!r}; to join that mesh, pass --mesh {shlex.quote(theirs)}"
 
 
 async def _collect_refusals(events: AsyncIterator[MeshEvent], refusals: dict[str, str]) -> None:
@@ -93,7 +137,7 @@ _REFUSAL_FILTER = _RefusalsSaidByTheCommand()
 async def join(args: argparse.Namespace) -> Node:
     """A started node that has joined the mesh ``args`` names: every member it heard of, if in time."""
     try:
-        node = Node(args.mesh, name=f"cli-{os.getpid()}", seeds=args.seed, interfaces=args.interfaces,
+        node = Node(args.mesh, name=cli_node_name(), seeds=args.seed, interfaces=args.interfaces,
                     port=args.port, key=args.key, trusted=args.trusted, insecure=args.insecure)
     except ValueError as exc:  # e.g. a mesh name Node refuses
         raise CliError(str(exc), exit_code=2) from None
@@ -123,24 +167,42 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
+def _endpoint(node: Node, record: NodeRecord) -> str:
+    return node.peer_endpoint(record.node_id) or record.router  # the endpoint we actually dial
+
+
+def _registry_json(node: Node) -> dict[str, Any]:
+    """``peers --json``: every other node of the registry, with its agents."""
+    return {"mesh": node.mesh, "nodes": [
+        {"node_id": rec.node_id, "endpoint": _endpoint(node, rec), "incarnation": rec.incarnation,
+         "cli_probe": is_cli_probe(rec.node_id),
+         "agents": [{"agent_id": agent_id, "capabilities": list(rec.agents[agent_id]),
+                     "subscriptions": sorted(rec.subs.get(agent_id, ()))} for agent_id in sorted(rec.agents)]}
+        for rec in node.registry.nodes() if rec.node_id != node.id
+    ]}
+
+
+def _registry_table(node: Node) -> str:
+    rows = [["NODE", "ENDPOINT", "AGENT", "CAPABILITIES", "SUBSCRIPTIONS"]]
+    for rec in node.registry.nodes():
+        if rec.node_id == node.id:
+            continue
+        name = f"{rec.node_id} (cli probe)" if is_cli_probe(rec.node_id) else rec.node_id
+        for i, agent_id in enumerate(sorted(rec.agents) or ["-"]):
+            rows.append([
+                name if i == 0 else "",
+                _endpoint(node, rec) if i == 0 else "",
+                agent_id,
+                ",".join(rec.agents.get(agent_id, ())) or "-",
+                ",".join(sorted(rec.subs.get(agent_id, ()))) or "-",
+            ])
+    return _table(rows)
+
+
 async def peers(args: argparse.Namespace) -> int:
     node = await join(args)
     try:
-        rows = [["NODE", "ENDPOINT", "AGENT", "CAPABILITIES", "SUBSCRIPTIONS"]]
-        for rec in node.registry.nodes():
-            if rec.node_id == node.id:
-                continue
-            agents = sorted(rec.agents) or ["-"]
-            for i, agent_id in enumerate(agents):
-                dialled = node.peer_endpoint(rec.node_id)  # the endpoint we actually dial
-                rows.append([
-                    rec.node_id if i == 0 else "",
-                    (dialled or rec.router) if i == 0 else "",
-                    agent_id,
-                    ",".join(rec.agents.get(agent_id, ())) or "-",
-                    ",".join(sorted(rec.subs.get(agent_id, ()))) or "-",
-                ])
-        print(_table(rows))
+        print(dumps(_registry_json(node)) if args.json else _registry_table(node))
     finally:
         await node.close()
     return 0
@@ -150,12 +212,12 @@ async def send(args: argparse.Namespace) -> int:
     """``send`` and ``request``; ``args.payload_value`` is the parsed payload."""
     node = await join(args)
     try:
-        agent = node.agent(f"cli-{os.getpid()}")
+        agent = node.agent(node.id)
         await node.settled(args.wait)
         if args.command == "send":
             msg = await agent.send(args.target, args.topic, args.payload_value)
             await node.settled(args.wait)  # let the frame leave before we close
-            print(f"sent {msg.id}")
+            print(dumps({"id": msg.id, "target": msg.target, "topic": msg.topic}))
         else:
             reply = await agent.request(args.target, args.topic, args.payload_value, timeout=args.timeout)
             print(dumps(reply.payload))
@@ -194,7 +256,7 @@ async def sub(args: argparse.Namespace) -> int:
             done.set()
 
     try:
-        agent = node.agent(f"cli-{os.getpid()}")
+        agent = node.agent(node.id)
         await agent.subscribe(args.pattern, show)
         await done.wait()
     finally:

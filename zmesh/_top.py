@@ -9,6 +9,12 @@ the RTT shown. Rates are the difference of two answers of the same
 incarnation divided by the difference of their ``uptime`` (the answering
 node's own clock), so the network's jitter does not move them.
 
+Other ``zmesh`` commands' probe nodes (named
+:data:`zmesh._cli_commands.CLI_NODE_PREFIX`...) would fill the events with
+four lines a command: their joins and leaves (of the node and its agent) are
+folded into counts, ``cli_probes``, and their node rows carry
+``cli_probe: true``. Anything else about them (a refusal, say) stays an event.
+
 The drawing (``rich``, an optional extra) is :mod:`zmesh._top_view`'s; this
 module only gathers, and prints JSON.
 """
@@ -21,16 +27,19 @@ import time
 from collections import deque
 from typing import Any, AsyncIterator, Callable
 
-from ._cli_commands import join, stdout_gone
+from ._cli_commands import is_cli_probe, join, stdout_gone
 from ._cli_json import dumps
 from .errors import ZmeshError
 from .node import Node
 from .registry import MeshEvent, NodeRecord
 
-__all__ = ["TopCollector", "top", "EVENTS_KEPT", "RICH_MISSING"]
+__all__ = ["TopCollector", "top", "EVENTS_KEPT", "FOLDED_KINDS", "RICH_MISSING"]
 
 #: How many of the latest mesh events a view carries.
 EVENTS_KEPT = 50
+
+#: The events of a CLI probe node that are folded into ``cli_probes``.
+FOLDED_KINDS = frozenset({"peer_joined", "peer_left", "agent_joined", "agent_left"})
 
 RICH_MISSING = (
     "the live view draws with the 'rich' package, which is not installed: "
@@ -72,6 +81,8 @@ class TopCollector:
         self.timeout = timeout
         self.events: deque[dict[str, Any]] = deque(maxlen=events_kept)
         self._previous: dict[str, Stats] = {}  # node id -> its last answer
+        #: CLI probe nodes that joined and left since top joined, and when the latest did.
+        self.probes: dict[str, Any] = {"came": 0, "went": 0, "last": None}
         self._reader: asyncio.Future[None] | None = None
 
     def watch(self, events: AsyncIterator[MeshEvent]) -> None:
@@ -80,7 +91,13 @@ class TopCollector:
 
     async def _read(self, events: AsyncIterator[MeshEvent]) -> None:
         async for event in events:
-            self.events.append({"time": round(time.time(), 3), "kind": event.kind, "node_id": event.node_id,
+            now = round(time.time(), 3)
+            if event.kind in FOLDED_KINDS and is_cli_probe(event.node_id) and event.node_id != self.node.id:
+                if event.kind in ("peer_joined", "peer_left"):
+                    self.probes["came" if event.kind == "peer_joined" else "went"] += 1
+                self.probes["last"] = now
+                continue
+            self.events.append({"time": now, "kind": event.kind, "node_id": event.node_id,
                                 "agent_id": event.agent_id, "detail": event.detail})
 
     async def close(self) -> None:
@@ -101,6 +118,9 @@ class TopCollector:
         """One view: every other node of the registry asked at once."""
         node = self.node
         records = [r for r in node.registry.nodes() if r.node_id != node.id]
+        # Taken with the records, before the answers are awaited: a view of one moment.
+        events = list(self.events)
+        probes = {**self.probes, "here": sum(1 for r in records if is_cli_probe(r.node_id))}
         answers = await asyncio.gather(*(self._ask(r.node_id) for r in records))
         nodes: list[dict[str, Any]] = []
         agents: list[dict[str, Any]] = []
@@ -114,7 +134,7 @@ class TopCollector:
             del self._previous[gone]
         return {
             "mesh": node.mesh, "observer": node.id, "time": round(time.time(), 3),
-            "nodes": nodes, "agents": agents, "events": list(self.events),
+            "nodes": nodes, "agents": agents, "events": events, "cli_probes": probes,
         }
 
     def _node_row(
@@ -122,6 +142,7 @@ class TopCollector:
     ) -> dict[str, Any]:
         row: dict[str, Any] = {
             "node_id": record.node_id,
+            "cli_probe": is_cli_probe(record.node_id),
             "endpoint": self.node.peer_endpoint(record.node_id) or record.router,
             "incarnation": record.incarnation,
             "agents": len(record.agents),

@@ -26,10 +26,12 @@ if sys.platform != "win32":
     import termios
     import tty
 
+from ._cli_commands import CLI_NODE_PREFIX
+
 if TYPE_CHECKING:
     from ._top import TopCollector
 
-__all__ = ["render", "print_view", "live", "EVENTS_SHOWN"]
+__all__ = ["render", "print_view", "live", "probes_line", "EVENTS_SHOWN"]
 
 #: How many of the latest events the view shows.
 EVENTS_SHOWN = 10
@@ -98,7 +100,8 @@ def _nodes(view: dict[str, Any], width: int | None = None) -> Table:
     for n in view["nodes"]:
         status = Text("ok", style="green") if n["answered"] else Text(n["error"] or "no answer", style="red")
         rtt = "-" if n["rtt_ms"] is None else f"{n['rtt_ms']:.1f} ms"
-        rows.append([n["node_id"], n["endpoint"], n["incarnation"], _duration(n["uptime"]), rtt, _count(n["peers"]),
+        name = Text.assemble(n["node_id"], (" (cli probe)", "dim")) if n.get("cli_probe") else n["node_id"]
+        rows.append([name, n["endpoint"], n["incarnation"], _duration(n["uptime"]), rtt, _count(n["peers"]),
                      str(n["agents"]), _per_second(n["handled_per_s"]), _per_second(n["sent_per_s"]),
                      _count(n["pending_requests"]), _count(n["dropped_total"]), _count(n["dead_letters"]), status])
     return _fit("Nodes", columns, rows, width, ["INCARNATION", "ENDPOINT", "PEERS", "AGENTS", "SENT"])
@@ -117,21 +120,44 @@ def _agents(view: dict[str, Any], width: int | None = None) -> Table:
     return _fit("Agents", columns, rows, width, ["SUBSCRIPTIONS", "CAPABILITIES", "HANDLED"])
 
 
+def _clock(when: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(when))
+
+
+def probes_line(probes: dict[str, Any]) -> str:
+    """The one line the joins and leaves of CLI probe nodes fold into (``""``: none seen)."""
+    came, went = probes.get("came", 0), probes.get("went", 0)
+    if not came and not went:
+        return ""
+    if came == went:
+        return f"{came} CLI probe node{'s' if came != 1 else ''} came and went"
+    return f"CLI probe nodes: {came} came, {went} went"
+
+
 def _events(view: dict[str, Any]) -> Table:
     table = _table(f"Events since top joined (latest {EVENTS_SHOWN})", "TIME", "EVENT", "NODE", "AGENT", "DETAIL")
     for e in view["events"][-EVENTS_SHOWN:]:
-        table.add_row(time.strftime("%H:%M:%S", time.localtime(e["time"])), e["kind"], e["node_id"],
-                      e["agent_id"] or "-", e["detail"] or "")
-    if not view["events"]:
+        table.add_row(_clock(e["time"]), e["kind"], e["node_id"], e["agent_id"] or "-", e["detail"] or "")
+    probes = view.get("cli_probes", {})
+    folded = probes_line(probes)
+    if folded:  # zmesh commands' joins and leaves, four events each: one line for all
+        table.add_row(_clock(probes["last"]), "cli_probes", f"{CLI_NODE_PREFIX}*", "-",
+                      Text(f"{folded} (folded)", style="dim"))
+    elif not view["events"]:
         table.add_row("", "(none yet)", "", "", "")
     return table
+
+
+def _node_count(nodes: list[dict[str, Any]]) -> str:
+    probes = sum(1 for n in nodes if n.get("cli_probe"))
+    return f"{len(nodes) - probes} nodes" + (f" (+{probes} CLI probe)" if probes else "")
 
 
 def render(view: dict[str, Any], hint: str = "", width: int | None = None) -> RenderableType:
     """One view as a group of tables, narrowed to ``width`` columns if given."""
     header = Text.assemble(
         ("zmesh top", "bold"),
-        f"  mesh {view['mesh']!r}: {len(view['nodes'])} nodes, {len(view['agents'])} agents, "
+        f"  mesh {view['mesh']!r}: {_node_count(view['nodes'])}, {len(view['agents'])} agents, "
         f"seen from {view['observer']} at {time.strftime('%H:%M:%S', time.localtime(view['time']))}",
         (f"  {hint}" if hint else "", "dim"),
     )

@@ -19,7 +19,7 @@ without keys (docs/protocol.md, *Validation*).
   :data:`MAX_CONNECTING` peers may be connecting (said HELLO, not attached
   yet); a HELLO from another new node makes the oldest one that has been
   connecting for two heartbeats give way, or is dropped (it knocks again).
-* **Refusals say nothing and cost little**: see ``Members.refuse``.
+* **Refusals say little and cost little**: see :func:`refuse`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from .effects import CLOSE, EVENT, SEND
 if TYPE_CHECKING:
     from .members import Members, Peer
 
-__all__ = ["claim", "claim_window", "tick_claims", "make_room", "second_hand_full", "wait", "fill", "refuse", "on_refuse"]
+__all__ = ["claim", "claim_window", "tick_claims", "make_room", "second_hand_full", "wait", "fill", "refuse",
+           "mesh_refusal", "on_refuse"]
 
 log = logging.getLogger("zmesh")
 
@@ -141,8 +142,12 @@ def fill(members: Members, now: float) -> None:
 def refuse(members: Members, record: NodeRecord, reason: str, said: str) -> None:
     """Refuse a node of another mesh or version. ``reason`` is for our own
     log and event; the node itself hears only ``said``, which tells a
-    stranger nothing about this mesh (not its name, not ours)."""
+    stranger nothing about this mesh (not its node names or ids). One
+    exception: a keyless node of another mesh hears our mesh's name (see
+    :func:`mesh_refusal`), which mDNS adverts carry anyway."""
     e = members.e
+    if record.mesh != e.mesh and e.identity.own_key is None:
+        said = mesh_refusal(e.mesh)
     e.drop("refused", record.node_id, f"refused node {record.node_id!r}: {reason}")
     e.out((EVENT, MeshEvent("peer_refused", record.node_id, detail=reason)))
     now = e.now
@@ -158,6 +163,16 @@ def refuse(members: Members, record: NodeRecord, reason: str, said: str) -> None
     refusal = Refuse(said, "", e.routers)
     e.out((SEND, link, join_frame([encode_control(refusal)])))
     e.out((CLOSE, link))
+
+
+def mesh_refusal(mesh: str) -> str:
+    """What a keyless node says to a node of another mesh: ``another mesh: 'lab'``.
+
+    Only our own mesh's name, so the refused side (``zmesh peers --mesh Lab``)
+    can say which ``--mesh`` joins; nothing of the stranger's record is sent
+    back. Older versions say ``another mesh`` alone; so does a keyed node,
+    whose refusals are as they were."""
+    return f"another mesh: {mesh!r}"
 
 
 def on_refuse(members: Members, refuse: Refuse) -> None:
