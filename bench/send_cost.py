@@ -10,6 +10,8 @@ closes, so only A's send path runs. ``both``: two nodes on the in-process
 transport, N messages to an inline handler, so the send and the receive
 paths run and nothing else does. ``request``: N requests one after the
 other to an inline echo handler (inproc). Each prints CPU microseconds per message.
+``both-async`` and ``request-async`` are the same with an ``async def``
+handler that never awaits, the path agent builders take first.
 
 CPU time on a shared 2-core machine moves by 5-10 % from run to run. For a
 figure that does not, count instructions with callgrind at two sizes and
@@ -82,10 +84,16 @@ async def sender_only(n: int) -> float:
                 link.send = real  # type: ignore[method-assign]
 
 
-async def requests(n: int) -> float:
+async def requests(n: int, asynchronous: bool = False) -> float:
     """CPU seconds per request and reply, one at a time, in one process (inproc, inline echo)."""
+    async def echo(msg: zmesh.Message) -> object:
+        return msg.payload
+
     async with zmesh.Node("send-cost", name="srv", transport="inproc", discovery=False) as b:
-        b.agent("echo").add_handler("e", lambda msg: msg.payload, **_inline())
+        if asynchronous:
+            b.agent("echo").add_handler("e", echo)
+        else:
+            b.agent("echo").add_handler("e", lambda msg: msg.payload, **_inline())
         async with zmesh.Node("send-cost", name="cli", transport="inproc", discovery=False,
                               seeds=[b.endpoint]) as a:
             cli = a.agent("cli")
@@ -96,7 +104,7 @@ async def requests(n: int) -> float:
             return (time.process_time() - t0) / max(n, 1)
 
 
-async def both_sides(n: int) -> float:
+async def both_sides(n: int, asynchronous: bool = False) -> float:
     """CPU seconds per message of send plus receive, in one process (inproc)."""
     done = asyncio.Event()
     count = 0
@@ -108,8 +116,14 @@ async def both_sides(n: int) -> float:
             if count == n:
                 done.set()
 
+    async def on_msg_async(msg: zmesh.Message) -> None:
+        on_msg(msg)
+
     async with zmesh.Node("send-cost", name="sink", transport="inproc", discovery=False) as b:
-        b.agent("sink").add_handler("bench", on_msg, **_inline())
+        if asynchronous:
+            b.agent("sink").add_handler("bench", on_msg_async)
+        else:
+            b.agent("sink").add_handler("bench", on_msg, **_inline())
         async with zmesh.Node("send-cost", name="src", transport="inproc", discovery=False,
                               seeds=[b.endpoint]) as a:
             src = a.agent("src")
@@ -125,7 +139,8 @@ async def both_sides(n: int) -> float:
 
 
 def main(argv: list[str]) -> int:
-    runs = {"sender": sender_only, "both": both_sides, "request": requests}
+    runs = {"sender": sender_only, "both": both_sides, "request": requests,
+            "both-async": lambda n: both_sides(n, True), "request-async": lambda n: requests(n, True)}
     if len(argv) != 2 or argv[0] not in runs or not argv[1].isdigit():
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2

@@ -49,8 +49,7 @@ def test_blocking_request_delegate_handoff_and_broadcast() -> None:
         assert b.tasks == frozenset({"t-1"}) and a.tasks == frozenset()
         assert a.handoff("b", "t-2", timeout=5).accepted is False
         assert a.tasks == frozenset({"t-2"})
-        node.settled()
-        assert got == ["hello"]
+        node.wait_until(lambda: got == ["hello"], 5, "the broadcast's handler, in a pool thread")
 
 
 def test_errors_surface_as_zmesh_errors() -> None:
