@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sysconfig
 import threading
+import types
 
 import pytest
 
@@ -136,3 +139,32 @@ def test_block_warning_must_be_positive_seconds_or_none() -> None:
     for bad in (0, -1, "0.1", True, float("nan")):
         with pytest.raises(ValueError, match="block_warning"):
             zmesh.Node("m", transport="inproc", block_warning=bad)  # type: ignore[arg-type]
+
+
+def _stack(*where: tuple[str, str]) -> types.SimpleNamespace:
+    """A fake frame chain, outermost first, as (file, function) pairs: what the watchdog reads."""
+    frame = None
+    for filename, name in where:
+        frame = types.SimpleNamespace(f_code=types.SimpleNamespace(co_filename=filename, co_name=name),
+                                      f_back=frame)
+    assert frame is not None
+    return frame
+
+
+def test_the_watchdog_names_the_users_handler_never_the_standard_librarys_frames() -> None:
+    zmesh_dir = os.path.dirname(zmesh.__file__)
+    stdlib = sysconfig.get_paths()["stdlib"]
+    installed = sysconfig.get_paths()["purelib"]
+    loop = (os.path.join(stdlib, "asyncio", "base_events.py"), "_run_once")
+    start = (os.path.join(zmesh_dir, "_delivery.py"), "_start")
+    run_handler = (os.path.join(zmesh_dir, "handlers.py"), "run_handler")
+    mine = ("/srv/app/agents.py", "summarize")
+    # A plain handler being handed to its pool: the stall is in the pool's submit, not in a handler.
+    handing_on = _stack(loop, start, run_handler, (os.path.join(zmesh_dir, "handlers.py"), "submit"),
+                        (os.path.join(stdlib, "concurrent", "futures", "thread.py"), "submit"))
+    assert _loop_watch._handler_frame(handing_on) is None  # type: ignore[arg-type]
+    blocking = _stack(loop, start, run_handler, mine, (os.path.join(stdlib, "socket.py"), "recv_into"))
+    assert _loop_watch._handler_frame(blocking).f_code.co_name == "summarize"  # type: ignore[arg-type,union-attr]
+    from_a_package = _stack(loop, start, (os.path.join(installed, "agentkit", "tools.py"), "search"))
+    assert _loop_watch._handler_frame(from_a_package).f_code.co_name == "search"  # type: ignore[arg-type,union-attr]
+    assert _loop_watch._handler_frame(_stack(loop, mine)) is None  # type: ignore[arg-type]  # not under zmesh

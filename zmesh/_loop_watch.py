@@ -20,6 +20,7 @@ import asyncio
 import logging
 import os
 import sys
+import sysconfig
 import threading
 import time
 from types import CodeType, FrameType
@@ -32,6 +33,10 @@ log = logging.getLogger("zmesh")
 DEFAULT_BLOCK_WARNING = 0.1
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+#: The standard library's own frames (the pool's submit, Task creation) are never a user's handler;
+#: installed packages (which may lie under it) can be.
+_STDLIB = os.path.join(os.path.realpath(sysconfig.get_paths()["stdlib"]), "")
+_INSTALLED = tuple({os.path.join(os.path.realpath(sysconfig.get_paths()[p]), "") for p in ("purelib", "platlib")})
 #: zmesh's frames that call a handler: the frame they call is the handler's.
 _CALLERS = frozenset({"_guarded", "_start", "run_handler", "finish", "_call_plain", "_run"})
 _named: set[CodeType] = set()  # handlers already warned about, in this process
@@ -51,6 +56,8 @@ def _handler_frame(frame: FrameType | None) -> FrameType | None:
         if in_zmesh and code.co_name in _CALLERS:
             called = True
         elif called and not in_zmesh:
+            if code.co_filename.startswith(_STDLIB) and not code.co_filename.startswith(_INSTALLED):
+                return None  # zmesh was handing the handler on (a thread, a Task): not running it
             return outer_first  # the first frame past zmesh's that called it (wrappers included)
     return None
 
