@@ -7,6 +7,7 @@ granularity (a liveness tick every heartbeat/2) and knock backoff.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Callable
 
@@ -478,3 +479,21 @@ def test_a_drop_from_a_raw_routing_id_is_logged_printably(caplog: pytest.LogCapt
     assert engine.dropped["unknown_peer"] == 1
     (line,) = [r.getMessage() for r in caplog.records if "unknown_peer" in r.getMessage()]
     assert line.isprintable() and "\\x00k\\ufffdEg" in line
+
+
+def test_a_frame_in_flight_from_a_peer_that_left_is_counted_but_not_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    net = pair()
+    a = net.engines["a"]
+    key = a.members.peers["b"].key
+    a.link_down(a.members.peers["b"].link, net.now)  # b closed; its last frames are still on their way
+    net.pump("a")
+    frame = codec.join_frame([codec.encode_control(codec.Ping(False))])
+    with caplog.at_level(logging.DEBUG, logger="zmesh"):
+        a.receive_direct(key, frame, net.now)
+        a.receive_direct("stranger|1|x", frame, net.now)
+    assert a.dropped["unknown_peer"] == 2
+    levels = {r.getMessage().split("dropped input from ")[1].split(":")[0]: r.levelno
+              for r in caplog.records if "dropped input from" in r.getMessage()}
+    assert levels == {key: logging.DEBUG, "stranger|1|x": logging.WARNING}, levels

@@ -10,7 +10,7 @@ from ..liveness import LivenessConfig
 from ..message import new_id
 
 __all__ = ["EngineConfig", "LOCAL", "BATCH_BYTES", "MAX_LOGGED_DROPS", "HEADER_ALLOWANCE", "first_endpoint",
-           "SEED_RETRY", "SEED_RETRY_MAX", "SEED_SILENT_HELLOS", "DISCOVERED_PATIENCE", "LOST_PATIENCE", "MAX_READY_KEYS",
+           "SEED_RETRY", "SEED_RETRY_MAX", "SEED_SILENT_HELLOS", "DISCOVERED_PATIENCE", "LOST_PATIENCE", "MAX_READY_KEYS", "MAX_DEPARTED",
            "REDISCOVER_MIN", "REDISCOVER_MAX", "MAX_REFUSALS_PER_SECOND", "MAX_KNOCKING", "MAX_WAITING", "MAX_CONNECTING", "CREDIT_WINDOW", "CREDIT_WINDOW_BYTES"]
 
 LOCAL = "\x00local"  # outbox key of this node's own agents
@@ -36,6 +36,7 @@ LOST_PATIENCE = 300.0  # a peer that went silent is knocked on this long (a cut 
 REDISCOVER_MIN = 10.0  # while knocking on a lost peer, refresh discovery after this ...
 REDISCOVER_MAX = 60.0  # ... doubling up to this
 MAX_READY_KEYS = 1024  # subscribers seen before their HELLO, remembered at most
+MAX_DEPARTED = 1024  # connection keys of departed peers remembered, to drop their last frames quietly
 MAX_REFUSALS_PER_SECOND = 8  # refusals answered (each opens a connection to where the stranger says)
 # Joining (see admission.py): outgoing links to nodes nobody vouched for yet are bounded.
 MAX_KNOCKING = 64  # second-hand endpoints (peer lists, discovery) knocked on at once ...

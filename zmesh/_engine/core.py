@@ -116,7 +116,11 @@ class Engine(Commands):
             peer = self.members.by_key.get(where)
             shown = peer.node_id if peer is not None else where  # a peer's key: its name
             shown = printable(shown)
-            log.warning(
+            # A frame in flight from a peer when it left (all nodes closing at
+            # once, a connection cut): counted, but no news worth a warning.
+            level = logging.DEBUG if where in self.members.departed else logging.WARNING
+            log.log(
+                level,
                 "zmesh %s: dropped input from %s: %s%s (logged once per peer and reason)",
                 self.node_id, shown or "unknown", reason, f" ({detail})" if detail else "",
             )

@@ -23,6 +23,7 @@ from . import admission, timers
 from .config import (
     DISCOVERED_PATIENCE,
     LOST_PATIENCE,
+    MAX_DEPARTED,
     MAX_READY_KEYS,
     REDISCOVER_MIN,
     SEED_RETRY,
@@ -61,6 +62,9 @@ class Members:
         self.last_tick: float | None = None  # when liveness was last checked
         self.rediscover_every = REDISCOVER_MIN
         self.refusals = (0.0, 0)  # (since, how many) refusals answered in this second
+        #: Connection keys of peers detached lately (oldest first): what was in
+        #: flight from them when they went is expected, not news.
+        self.departed: dict[str, None] = {}
 
     # -- transitions -----------------------------------------------------
 
@@ -155,6 +159,7 @@ class Members:
                 del self.by_key[peer.key]
                 peer.key = key
                 self.by_key[key] = peer
+                self.departed.pop(key, None)
             else:
                 log.info("zmesh %s: node %s restarted", e.node_id, printable(peer.node_id))
                 # The old record stays in the registry until the new incarnation
@@ -234,6 +239,7 @@ class Members:
         for endpoint in (router, *record.routers):
             self.endpoints[endpoint] = record.node_id
         self.by_key[key] = peer
+        self.departed.pop(key, None)  # back: what it sends is news again
         e.out((SUBSCRIBE, pub))
         if self.ready_keys.pop(peer.node_key, 0) is None:
             self.ready(peer)
@@ -290,6 +296,9 @@ class Members:
             if self.endpoints.get(endpoint) == peer.node_id:
                 del self.endpoints[endpoint]
         self.by_key.pop(peer.key, None)
+        self.departed[peer.key] = None
+        if len(self.departed) > MAX_DEPARTED:
+            del self.departed[next(iter(self.departed))]
         e.discard_outbox(peer.node_id)
         if not keep_link:
             e.out((CLOSE, peer.link))
