@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import zeroconf
@@ -454,3 +454,42 @@ def test_a_resolve_that_raises_is_counted_and_logged_once_never_left_unretrieved
     run(main())
     said = [r for r in caplog.records if "resolving" in r.getMessage() and "RuntimeError" in r.getMessage()]
     assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG], said
+
+
+@pytest.mark.parametrize("zeroconf_stopped", [False, True])
+def test_a_registration_that_fails_at_start_is_tried_again(
+    zeroconf_stopped: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from zeroconf import NotRunningException
+    from zeroconf.asyncio import AsyncZeroconf as RealAsyncZeroconf
+
+    failures = [1]
+    real_register = RealAsyncZeroconf.async_register_service
+
+    async def flaky_register(self: Any, info: ServiceInfo, *args: Any, **kwargs: Any) -> Any:
+        if failures:
+            failures.pop()
+            if zeroconf_stopped:
+                await self.async_close()  # as seen: the instance is not running any more
+            raise NotRunningException
+        return await real_register(self, info, *args, **kwargs)
+
+    monkeypatch.setattr(RealAsyncZeroconf, "async_register_service", flaky_register)
+
+    async def main() -> None:
+        mesh = unique_mesh()
+        seen = Recorder()
+        me, other = make(mesh, "me", Recorder()), make(mesh, "other", seen)
+        try:
+            await me.start()
+            assert await me.wait_announced()
+            await other.start()
+            await seen.wait(lambda: "me" in seen.nodes())
+        finally:
+            await other.close()
+            await me.close()
+
+    with caplog.at_level(logging.DEBUG, logger="zmesh.discovery"):
+        run(main())
+    assert not failures
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text

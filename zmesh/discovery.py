@@ -46,6 +46,8 @@ _MAX_TXT_ENTRY = 255
 _MAX_LABEL = 63
 _LABEL_OK = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?")
 _RESOLVE_TIMEOUT_MS = 3000
+_REGISTER_ATTEMPTS = 3
+_REGISTER_RETRY = 0.5  # seconds before the second attempt; twice that before the third
 
 
 @dataclass(frozen=True)
@@ -215,13 +217,8 @@ class MdnsDiscovery:
         if self._started or self._close_task is not None:
             raise RuntimeError("MdnsDiscovery.start() called twice or after close()")
         self._started = True
-        self._aiozc = AsyncZeroconf(interfaces=list(self.scope.addresses))
         try:
-            zc = self._aiozc.zeroconf
-            confine_to_scope(zc, self.scope, self._log)
-            self._browser = AsyncServiceBrowser(
-                zc, [self.SERVICE_TYPE], handlers=[self._on_state_change]
-            )
+            self._open_zeroconf()
             self._info = ServiceInfo(
                 self.SERVICE_TYPE,
                 self.service_name,
@@ -235,17 +232,50 @@ class MdnsDiscovery:
             await self.close()
             raise
 
+    def _open_zeroconf(self) -> None:
+        """A zeroconf instance on our scope's sockets, browsing for our service type."""
+        self._aiozc = AsyncZeroconf(interfaces=list(self.scope.addresses))
+        zc = self._aiozc.zeroconf
+        confine_to_scope(zc, self.scope, self._log)
+        self._browser = AsyncServiceBrowser(zc, [self.SERVICE_TYPE], handlers=[self._on_state_change])
+
+    async def _reopen_zeroconf(self) -> None:
+        """zeroconf stopped under us (browsing is dead too): start a new one."""
+        if self._browser is not None:
+            await self._browser.async_cancel()
+            self._browser = None
+        if self._aiozc is not None:
+            await self._aiozc.async_close()
+        self._open_zeroconf()
+
     async def _register(self, info: ServiceInfo) -> None:
-        """Register our service (no probing) and wait for the announcements."""
+        """Register our service (no probing) and wait for the announcements.
+
+        zeroconf starts its engine in the background; registering before it
+        runs raises NotRunningException (seen 3 times in 130 starts under
+        load), after which the node would stay unadvertised for life. So wait
+        for the engine, and try again a few times before giving up.
+        """
         assert self._aiozc is not None
-        try:
-            announced = await self._aiozc.async_register_service(info, cooperating_responders=True)
-            self._registered = True
-            await announced
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # registration failure must not kill browsing
-            self._log.exception("zmesh discovery: registering %s failed", self.service_name)
+        for attempt in range(1, _REGISTER_ATTEMPTS + 1):
+            try:
+                await self._aiozc.zeroconf.async_wait_for_start()
+                announced = await self._aiozc.async_register_service(info, cooperating_responders=True)
+                self._registered = True
+                await announced
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # registration failure must not kill browsing
+                if attempt == _REGISTER_ATTEMPTS:
+                    self._log.error("zmesh discovery: registering %s failed %d times (last: %s: %s); "
+                                    "this node is not advertised by mDNS (seeds still work)",
+                                    self.service_name, attempt, type(exc).__name__, exc)
+                    return
+                self._log.debug("zmesh discovery: registering %s failed (%r); trying again", self.service_name, exc)
+                await asyncio.sleep(_REGISTER_RETRY * attempt)
+                if not self._aiozc.zeroconf.started:
+                    await self._reopen_zeroconf()
 
     async def wait_announced(self) -> bool:
         """Wait until our own service has been registered and announced.
