@@ -259,7 +259,8 @@ class Dispatch:
             self.dead(msg, "not_found")
         self.receipt(kind, "not_found", started, msg, "AgentNotRegistered")
         waited = self._clock.monotonic() - started
-        why = f" (waited {waited:.3g} s for it to appear, as this node had just started or joined)"
+        why = (f" (waited {waited:.3g} s for it to appear, as this node had just started or joined; if it is "
+               f"still starting elsewhere, await node.wait_for_agents({msg.target!r}) first)")
         if waited < 0.001:
             why = ""
         return AgentNotRegistered(f"no node in mesh {self._node.mesh!r} hosts agent {msg.target!r}{why}")
