@@ -213,3 +213,13 @@ def test_every_node_parameter_is_described_and_no_default_is_the_machines() -> N
                     if type(p.default) is int}
     assert int_defaults == {"max_payload": 1 << 20, "dead_letter_capacity": 1024, "port": 0, "pub_port": 0}
     assert not hasattr(zmesh.Node, "on_discovered")  # an internal hook, not API
+
+
+def test_a_zmesh_timeout_is_caught_as_either_timeout_error_on_every_python() -> None:
+    import asyncio as _asyncio
+
+    for catch in (TimeoutError, _asyncio.TimeoutError, zmesh.ZmeshError):
+        try:
+            raise zmesh.Timeout("no reply")
+        except catch:  # on 3.10 asyncio.TimeoutError is not the built-in one
+            pass

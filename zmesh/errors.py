@@ -8,7 +8,7 @@ boundary and never reach callers raw::
     ├── AgentNotRegistered   no node in the mesh hosts that agent id
     ├── AgentExists          the agent id is already taken somewhere in the mesh
     ├── NoHandler            the target agent has no handler for the topic
-    ├── Timeout              no reply in time (also a built-in TimeoutError)
+    ├── Timeout              no reply in time (also a built-in and asyncio TimeoutError)
     ├── InvalidMessage       bad arguments or payload; nothing was sent (also a ValueError)
     ├── HandlerError         the remote handler raised; carries its type and message
     ├── PeerLost             the node hosting the target left or died mid-request
@@ -20,6 +20,9 @@ boundary and never reach callers raw::
 """
 
 from __future__ import annotations
+
+import asyncio
+import sys
 
 __all__ = [
     "ZmeshError",
@@ -54,8 +57,15 @@ class NoHandler(ZmeshError):
     """The target agent exists but has no handler for the topic."""
 
 
-class Timeout(ZmeshError, TimeoutError):
-    """No reply arrived within the timeout."""
+if sys.version_info >= (3, 11):
+
+    class Timeout(ZmeshError, TimeoutError):
+        """No reply arrived within the timeout (also a built-in and asyncio TimeoutError)."""
+
+else:  # asyncio.TimeoutError is a class of its own before 3.11: ``except asyncio.TimeoutError`` must catch it too
+
+    class Timeout(ZmeshError, TimeoutError, asyncio.TimeoutError):
+        """No reply arrived within the timeout (also a built-in and asyncio TimeoutError)."""
 
 
 class InvalidMessage(ZmeshError, ValueError):
