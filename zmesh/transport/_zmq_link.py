@@ -223,7 +223,9 @@ class ZmqLink:
             self._up = False
             host = self._transport._host
             if not self._closing and host is not None:
-                host.on_link_down(self)
+                self._transport.read_direct_now()  # its BYE may be there already
+                if not self._closing:
+                    host.on_link_down(self)
 
     def send(self, frame: bytes) -> None:
         if self._sock is None:

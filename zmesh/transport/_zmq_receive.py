@@ -71,6 +71,16 @@ class Receiving:
     def _drain_router(self) -> None:
         self._drain(self._router, self._router_parts, self._drain_router)
 
+    def read_direct_now(self) -> None:
+        """Hand the host what the ROUTER holds now, before news of a broken
+        connection: a peer that closes says BYE on its DEALER and then closes
+        its ROUTER, and under load our link's DISCONNECTED can come first,
+        making a goodbye look like a lost connection."""
+        if self.security.key is not None:  # as start() chose the ROUTER's drain
+            self._drain_keyed_router()
+        else:
+            self._drain_router()
+
     def _drain_sub(self) -> None:
         self._drain(self._sub, self._sub_parts, self._drain_sub)
 
