@@ -4,7 +4,8 @@ once after the first (as a newcomer would, without waiting for anything).
 
 A fragment (top-level ``await``) runs inside an ``async def main()`` with
 ``asyncio`` and ``zmesh`` imported. The documented port 5555 is replaced by
-a free one, so parallel runs never collide."""
+a free one and the mesh name "lab" by one of this run's, so parallel runs
+(another suite on the machine, its nodes found by mDNS) never collide."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def the_block(path: Path, *needles: str) -> str:
 
 
 def program(block: str, port: int) -> str:
-    code = block.replace("5555", str(port))
+    code = block.replace("5555", str(port)).replace('"lab"', f'"doc-{os.getpid()}-{port}"')
     try:
         compile(code, "<example>", "exec")
     except SyntaxError:  # a fragment: it awaits at the top level
@@ -64,7 +65,7 @@ def run(code: str) -> subprocess.CompletedProcess[str]:
 
 def serve_and_ask(server_block: str, client_block: str) -> str:
     """Start the server, then at once the client; the client's stdout."""
-    port = free_port()
+    port = free_port()  # (also names the mesh: server and client must agree)
     server = subprocess.Popen([sys.executable, "-c", program(server_block, port)], cwd=ROOT, env=ENV,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
