@@ -17,18 +17,20 @@ import types
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import pytest
 import zeroconf
-from zeroconf import ServiceInfo, ServiceStateChange
+from zeroconf import DNSIncoming, DNSOutgoing, DNSQuestion, ServiceInfo, ServiceStateChange, current_time_millis
+from zeroconf._services.browser import generate_service_query
 from zeroconf.asyncio import AsyncZeroconf
+from zeroconf.const import _CLASS_IN, _FLAGS_QR_QUERY, _TYPE_PTR
 
 from tests.helpers import wait_for as until
 from zmesh import _mdns_sockets
 from zmesh._mdns_sockets import IP_MULTICAST_ALL, confine_to_scope, zeroconf_sockets
-from zmesh.discovery import MdnsDiscovery, PeerAdvert, instance_label
+from zmesh.discovery import MdnsDiscovery, PeerAdvert, _keep_own_questions, instance_label
 from zmesh.interfaces import InterfaceScope, resolve_interfaces
 
 pytestmark = pytest.mark.timeout(30)
@@ -493,3 +495,31 @@ def test_a_registration_that_fails_at_start_is_tried_again(
         run(main())
     assert not failures
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+def test_a_question_heard_on_one_interface_does_not_silence_a_node_on_several() -> None:
+    """zeroconf skips our query for a second after another querier asked the
+    same (RFC 6762 7.3), not knowing on which interface it heard it. A node on
+    127.0.0.1 and the LAN so skipped its LAN queries after a 'local' node's, and
+    never heard of LAN peers (test_netns_discovery's mixed-scope test, under
+    load): a node whose scope spans interfaces is silenced by its own questions only."""
+    question = DNSQuestion(SERVICE_TYPE, _TYPE_PTR, _CLASS_IN)
+
+    async def asks_after_hearing_it(scope: InterfaceScope) -> bool:
+        aiozc = AsyncZeroconf(interfaces=["127.0.0.1"])
+        try:
+            zc = aiozc.zeroconf
+            # a responder remembers a question only if it has something to answer
+            await _register_raw(aiozc, f"asker-{uuid.uuid4().hex[:8]}", {"mesh": unique_mesh()})
+            _keep_own_questions(zc, scope)
+            heard = DNSOutgoing(_FLAGS_QR_QUERY)
+            heard.add_question(question)
+            # no await from here on: nobody else's query can come between
+            zc.query_handler.async_response([DNSIncoming(heard.packets()[0])], False)
+            return bool(generate_service_query(zc, current_time_millis(), {SERVICE_TYPE}, True, None))
+        finally:
+            await aiozc.async_close()
+
+    assert not run(asks_after_hearing_it(LOCAL)), "one interface: the RFC's suppression stays"
+    several = replace(LOCAL, addresses=("127.0.0.1", "192.0.2.1"))  # nothing binds the second here
+    assert run(asks_after_hearing_it(several))

@@ -104,6 +104,25 @@ def _check_port(name: str, port: int) -> None:
         raise ValueError(f"{name} must be an int in 1..65535, got {port!r}")
 
 
+def _keep_own_questions(zc: Any, scope: InterfaceScope) -> None:
+    """Let only our own questions suppress our queries when ``scope`` spans interfaces.
+
+    zeroconf skips a query when another querier asked the same question
+    within the last second with no known answer we lack (RFC 6762 7.3:
+    its answers reach us too). Its history does not say on which interface
+    a question was heard, so for a 'lan,local' node a 'local' neighbour's
+    question on 127.0.0.1 silenced its LAN query, whose answers never came:
+    neighbours that started within a second of each other keep that phase
+    (queries at +0, 1, 5 and 14 s), so every startup query but the first (QU,
+    whose unicast answers another process on this host may receive) was
+    skipped, and LAN peers stayed unknown until the next refresh, an hour on.
+    A history of our own (the one zeroconf's browser and resolver consult)
+    records only what we asked; the query handler keeps the shared one.
+    """
+    if len(scope.addresses) > 1:
+        zc.question_history = type(zc.question_history)()
+
+
 class _Malformed(Exception):
     """A record we cannot use; ``reason`` becomes the stats counter."""
 
@@ -237,6 +256,7 @@ class MdnsDiscovery:
         self._aiozc = AsyncZeroconf(interfaces=list(self.scope.addresses))
         zc = self._aiozc.zeroconf
         confine_to_scope(zc, self.scope, self._log)
+        _keep_own_questions(zc, self.scope)
         self._browser = AsyncServiceBrowser(zc, [self.SERVICE_TYPE], handlers=[self._on_state_change])
 
     async def _reopen_zeroconf(self) -> None:
