@@ -341,9 +341,10 @@ async def _flood(alice: zmesh.Node, bob: zmesh.Node, a: zmesh.Agent, bad: Attack
     while not flood.done():
         await _still_fast(a, "bob", baseline)
     frames = int((await flood)["frames"])
-    deadline = time.monotonic() + 30
+    # A bound for a hang, not a speed: on 3.10, sharing 2 cores with four other suites, it took just over 30 s (twice).
+    deadline = time.monotonic() + 60
     while alice.stats()["frames_received"] + _dropped(alice, "unknown_peer") < seen + frames:
-        assert time.monotonic() < deadline, "the flood was not read within 30 s"
+        assert time.monotonic() < deadline, "the flood was not read within 60 s"
         await _still_fast(a, "bob", baseline)
     assert sorted(alice.peers)[:2] == ["bob", "carol"] and "alice" in bob.peers
     left = []
@@ -356,7 +357,7 @@ async def _flood(alice: zmesh.Node, bob: zmesh.Node, a: zmesh.Agent, bad: Attack
     return frames
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 async def test_a_flood_from_a_stranger_is_not_decoded() -> None:
     async with Mesh("zmq", liveness=FLOOD) as m:
         alice, bob, _, a = await _trio(m)
@@ -367,7 +368,7 @@ async def test_a_flood_from_a_stranger_is_not_decoded() -> None:
             assert _dropped(alice, "unknown_peer") == before + frames  # one count a frame: nothing decoded
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 async def test_a_flood_from_a_joined_peer_does_not_starve_the_others() -> None:
     async with Mesh("zmq", liveness=FLOOD) as m:
         alice, bob, _, a = await _trio(m)
