@@ -117,7 +117,9 @@ async def _rtt(agent: zmesh.Agent, target: str, n: int = 20) -> float:
 
 
 def _bound(baseline: float) -> float:
-    return max(20 * baseline, 0.5)
+    # Starvation is seconds of silence; 3.10 sharing 2 cores with four other suites and a CPU hog
+    # saw a 0.52 s median round trip while a peer's 4096-item frames were read.
+    return max(20 * baseline, 1.0)
 
 
 async def _still_fast(agent: zmesh.Agent, target: str, baseline: float) -> None:
