@@ -99,3 +99,21 @@ async def test_a_signal_stops_sub(signum: signal.Signals, code: int, how: str) -
             assert await cli.finish() == code
             _assert_one_line(cli, f"zmesh sub: {how}")
             await wait_for(lambda: not node.registry.subscribers("news.x"), 5, "the cli to unsubscribe by leaving")
+
+
+async def test_a_cancellation_that_meets_an_acknowledgement_still_cancels() -> None:
+    """``subscribe()`` waits in Watch.settled for peers' acknowledgements. A
+    SIGINT cancels the command's task; when the acknowledgement wakes that
+    wait in the same loop turn, asyncio.wait_for on 3.10 returned normally
+    and the command never stopped (bpo-42130): the cancellation must win."""
+    from zmesh._watch import Watch
+
+    watch = Watch("n")
+    acked = [False]
+    task = asyncio.ensure_future(watch.settled(lambda: acked[0], 10))
+    await asyncio.sleep(0)  # the task waits for a wake
+    acked[0] = True
+    watch.wake()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
