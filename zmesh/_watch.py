@@ -7,7 +7,7 @@ import logging
 import math
 import time
 from collections import Counter
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable
 
 from .clock import Clock
 from .registry import MeshEvent
@@ -82,32 +82,26 @@ class Watch:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
-            waiter: asyncio.Future[None] = loop.create_future()
-            self._waiters.append(waiter)
-            timer = None if remaining is None else loop.call_later(remaining, _resolve, waiter)
-            try:
-                await waiter
-            finally:
-                if timer is not None:
-                    timer.cancel()
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
+            await self._next_wake(() if remaining is None else ((loop, remaining),))
         return True
 
     async def changed(self, clock: Clock, timeout: float, real_timeout: float) -> None:
         """Wait for the next :meth:`wake` (an event, an acknowledgement), or
         ``timeout`` s on ``clock``, or ``real_timeout`` real seconds, whichever
         comes first."""
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
+        await self._next_wake(((clock, timeout), (asyncio.get_running_loop(), real_timeout)))
+
+    async def _next_wake(self, timeouts: tuple[tuple[Any, float], ...]) -> None:
+        """Wait for the next :meth:`wake`, or until the first of ``timeouts``
+        (``(clock or loop, seconds)``) runs out."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
-        timer = clock.call_later(timeout, _resolve, waiter)
-        real_timer = loop.call_later(real_timeout, _resolve, waiter)
+        timers = [source.call_later(seconds, _resolve, waiter) for source, seconds in timeouts]
         try:
             await waiter
         finally:
-            timer.cancel()
-            real_timer.cancel()
+            for timer in timers:
+                timer.cancel()
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
 
