@@ -50,7 +50,7 @@ def _inline() -> dict[str, bool]:
 
 def _link_class() -> type:
     try:
-        from zmesh.transport._zmq_link import ZmqLink  # type: ignore[import-not-found,unused-ignore]
+        from zmesh.transport.zmq._link import ZmqLink  # type: ignore[import-not-found,unused-ignore]
 
         return ZmqLink  # type: ignore[no-any-return,unused-ignore]
     except ImportError:  # trees before the transport split

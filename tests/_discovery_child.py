@@ -29,8 +29,8 @@ import sys
 import time
 from typing import Any
 
-from zmesh.discovery import MdnsDiscovery, PeerAdvert
-from zmesh.interfaces import resolve_interfaces
+from zmesh.discovery.mdns import MdnsDiscovery, PeerAdvert
+from zmesh.discovery.interfaces import resolve_interfaces
 
 
 def emit(**fields: Any) -> None:

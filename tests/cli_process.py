@@ -9,7 +9,7 @@ import time
 from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ZMESH = (sys.executable, "-m", "zmesh.cli")
+ZMESH = (sys.executable, "-m", "zmesh")
 
 
 def cli_env() -> dict[str, str]:

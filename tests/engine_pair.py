@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from zmesh import codec
+from zmesh._wire import codec
 from zmesh._engine import Engine, EngineConfig
 from zmesh._engine import effects as fx
 from zmesh.liveness import LivenessConfig

@@ -21,9 +21,9 @@ import zmesh
 from tests.cli_process import CliProcess, run_zmesh
 from tests.helpers import wait_for
 from tests.test_fixed_port import free_port
-from zmesh._cli_commands import CLI_NODE_PREFIX, _refusal_hint, cli_node_name, is_cli_probe
-from zmesh._cli_json import PayloadError, dumps, parse_payload
-from zmesh.cli import _parser, main
+from zmesh._tools.cli.commands import CLI_NODE_PREFIX, _refusal_hint, cli_node_name, is_cli_probe
+from zmesh._tools.cli.json_output import PayloadError, dumps, parse_payload
+from zmesh._tools.cli.main import _parser, main
 from zmesh.security import keygen
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(60)]

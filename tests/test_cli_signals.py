@@ -106,7 +106,7 @@ async def test_a_cancellation_that_meets_an_acknowledgement_still_cancels() -> N
     SIGINT cancels the command's task; when the acknowledgement wakes that
     wait in the same loop turn, asyncio.wait_for on 3.10 returned normally
     and the command never stopped (bpo-42130): the cancellation must win."""
-    from zmesh._watch import Watch
+    from zmesh._runtime.watch import Watch
 
     watch = Watch("n")
     acked = [False]

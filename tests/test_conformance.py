@@ -23,7 +23,7 @@ from zmesh.agent import HANDOFF_GRACE
 from zmesh import FakeClock, Message
 from zmesh import errors as errors_module
 
-from zmesh.transport._reader_thread import ThreadReaders
+from zmesh.transport.zmq._reader_thread import ThreadReaders
 from zmesh.transport.zmq import POLLER_ENV_VAR
 
 from .helpers import Mesh, wait_for

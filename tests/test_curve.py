@@ -372,7 +372,7 @@ def test_the_blocking_facade_takes_keys_and_changes_trust(keys: Keys) -> None:
 
 
 def test_a_kept_secure_demo_suggests_commands_that_carry_the_cli_key(tmp_path: Path) -> None:
-    from zmesh.demo import _try_lines
+    from zmesh._tools.demo.app import _try_lines
 
     (line, *_) = _try_lines("m", "tcp://127.0.0.1:1#KEY", ["peers"], tmp_path)
     assert f"--key {tmp_path / 'cli.key_secret'} --trusted {tmp_path}" in line, line

@@ -28,10 +28,10 @@ from zeroconf.asyncio import AsyncZeroconf
 from zeroconf.const import _CLASS_IN, _FLAGS_QR_QUERY, _TYPE_PTR
 
 from tests.helpers import wait_for as until
-from zmesh import _mdns_sockets
-from zmesh._mdns_sockets import IP_MULTICAST_ALL, confine_to_scope, zeroconf_sockets
-from zmesh.discovery import MdnsDiscovery, PeerAdvert, _keep_own_questions, instance_label
-from zmesh.interfaces import InterfaceScope, resolve_interfaces
+from zmesh.discovery import sockets as _mdns_sockets
+from zmesh.discovery.sockets import IP_MULTICAST_ALL, confine_to_scope, zeroconf_sockets
+from zmesh.discovery.mdns import MdnsDiscovery, PeerAdvert, _keep_own_questions, instance_label
+from zmesh.discovery.interfaces import InterfaceScope, resolve_interfaces
 
 pytestmark = pytest.mark.timeout(30)
 

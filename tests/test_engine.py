@@ -14,7 +14,7 @@ from typing import Callable
 import msgpack
 import pytest
 
-from zmesh import codec
+from zmesh._wire import codec
 from zmesh._engine import admission
 from zmesh._engine import effects as fx
 from zmesh._engine.members import SEED_RETRY, SEED_RETRY_MAX

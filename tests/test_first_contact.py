@@ -12,7 +12,7 @@ import socket
 import pytest
 
 import zmesh
-from zmesh import _dispatch
+from zmesh._runtime import dispatch as _dispatch
 
 from .helpers import Mesh, wait_for
 

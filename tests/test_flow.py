@@ -16,7 +16,7 @@ import pytest
 
 import zmesh
 from zmesh import FakeClock, Message
-from zmesh._dispatch import YIELD_EVERY
+from zmesh._runtime.dispatch import YIELD_EVERY
 from zmesh._engine.config import CREDIT_WINDOW
 
 from .helpers import Mesh, wait_for

@@ -1,6 +1,6 @@
 """Fuzzing the frame decoder and the engine's receive path (Hypothesis).
 
-The decoder's contract (zmesh/_frames.py, docs/protocol.md *Validation*):
+The decoder's contract (zmesh/_wire/frames.py, docs/protocol.md *Validation*):
 any bytes, whole or cut anywhere, decode to items or raise
 :class:`zmesh.errors.FrameError`, never anything else; every item is a list
 whose first element is its kind (an int), or a *bad item* ``[BAD, reason,
@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.engine_pair import Net, make_engine
-from zmesh import codec
+from zmesh._wire import codec
 from zmesh.errors import FrameError
 from zmesh.message import MESSAGE_TYPES, STATUSES, Message
 from zmesh.registry import NodeRecord

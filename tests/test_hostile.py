@@ -30,9 +30,9 @@ import zmq
 import zmesh
 from tests.engine_pair import LIVENESS, Net, kinds, make_engine, pub, router
 from tests.helpers import Mesh, wait_for
-from zmesh import codec
+from zmesh._wire import codec
 from zmesh._engine import admission
-from zmesh._frames import MAX_ITEMS
+from zmesh._wire.frames import MAX_ITEMS
 from zmesh._engine import effects as fx
 from zmesh._engine.config import (
     DISCOVERED_PATIENCE, MAX_CONNECTING, MAX_KNOCKING, MAX_REFUSALS_PER_SECOND, MAX_WAITING, SEED_RETRY_MAX,

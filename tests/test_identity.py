@@ -19,7 +19,7 @@ from zmesh._engine import Engine, EngineConfig
 from zmesh._engine import effects as fx
 from zmesh._engine.identity import MAX_BOUND_NAMES, parse_policy
 from zmesh.message import Message
-from zmesh import codec
+from zmesh._wire import codec
 from zmesh.security import keygen, load_key
 from zmesh.transport.base import endpoint_address
 

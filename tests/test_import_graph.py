@@ -106,8 +106,8 @@ IMPORT_FORMS = [  # (importing module, statement, modules it loads)
     (f"{PKG}.message", f"import {PKG}.errors", {f"{PKG}.errors"}),
     (f"{PKG}.message", "from . import errors, Node", {f"{PKG}.errors", PKG}),
     (f"{PKG}.message", "from .transport import base", {f"{PKG}.transport.base"}),
-    (f"{PKG}.transport.zmq", "from .. import errors", {f"{PKG}.errors"}),
-    (f"{PKG}.transport.zmq", "from ..errors import ZmeshError", {f"{PKG}.errors"}),
+    (f"{PKG}.transport.inproc", "from .. import errors", {f"{PKG}.errors"}),
+    (f"{PKG}.transport.inproc", "from ..errors import ZmeshError", {f"{PKG}.errors"}),
     (PKG, "from .errors import ZmeshError", {f"{PKG}.errors"}),
     (f"{PKG}.message", "import os, zmesh_other", set()),
 ]

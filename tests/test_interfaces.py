@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from zmesh.interfaces import (
+from zmesh.discovery.interfaces import (
     HostInterface,
     InterfaceScope,
     list_host_interfaces,

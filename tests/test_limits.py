@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import zmesh
-from zmesh import codec
+from zmesh._wire import codec
 from tests.helpers import Mesh, wait_for
 
 pytestmark = pytest.mark.timeout(30)

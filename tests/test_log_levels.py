@@ -14,7 +14,7 @@ import types
 import pytest
 
 import zmesh
-from zmesh import _loop_watch
+from zmesh._runtime import loop_watch as _loop_watch
 
 from .helpers import Mesh, wait_for
 

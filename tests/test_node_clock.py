@@ -49,7 +49,7 @@ async def test_silence_on_the_nodes_clock_expires_a_peer_and_the_pair_heals() ->
 
 
 async def test_every_counter_is_in_stats_from_the_start() -> None:
-    from zmesh._stats import COUNTERS
+    from zmesh._runtime.stats import COUNTERS
 
     async with zmesh.Node("fresh", transport="inproc") as node:
         stats = node.stats()

@@ -25,7 +25,7 @@ from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
 import zmesh  # noqa: E402
 from zmesh import Message  # noqa: E402
-from zmesh._otel import otel_trace_id  # noqa: E402
+from zmesh._tracing.otel import otel_trace_id  # noqa: E402
 
 from .helpers import Mesh, wait_for  # noqa: E402
 

@@ -18,7 +18,7 @@ import msgpack
 import pytest
 
 import zmesh
-from zmesh import codec
+from zmesh._wire import codec
 from zmesh.message import Message
 from tests.helpers import Mesh, wait_for
 

@@ -10,10 +10,10 @@ import enum
 import msgpack
 import pytest
 
-from zmesh import codec
-from zmesh._frames import MAX_ITEMS
+from zmesh._wire import codec
+from zmesh._wire.frames import MAX_ITEMS
 from zmesh.clock import FakeClock
-from zmesh.codec import FrameError
+from zmesh._wire.codec import FrameError
 from zmesh.deadletters import DeadLetter, DeadLetters, approx_size
 from zmesh.errors import InvalidMessage
 from zmesh.liveness import LivenessConfig

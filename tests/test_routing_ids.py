@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import zmq
 
-from zmesh import codec
+from zmesh._wire import codec
 from zmesh.transport.base import endpoint_address
 
 from .helpers import Mesh, wait_for

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from zmesh import codec
+from zmesh._wire import codec
 from zmesh._engine import reliable
 from zmesh.liveness import LivenessConfig
 from zmesh.sim import FaultSpec, parse_faults, replay_command, run

@@ -32,9 +32,9 @@ import zmesh
 from tests.cli_process import ROOT, ZMESH, CliProcess, cli_env, run_zmesh
 from tests.helpers import wait_for
 from tests.test_multiprocess import Procs
-from zmesh._cli_commands import CLI_NODE_PREFIX, cli_node_name, is_cli_probe
-from zmesh._top import TopCollector
-from zmesh._top_view import probes_line, render
+from zmesh._tools.cli.commands import CLI_NODE_PREFIX, cli_node_name, is_cli_probe
+from zmesh._tools.top.app import TopCollector
+from zmesh._tools.top.view import probes_line, render
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(60)]
 
@@ -375,7 +375,7 @@ async def test_q_on_a_pipe_ends_the_batch_view() -> None:
 
 
 async def test_without_rich_top_says_how_to_install_it_and_json_still_works() -> None:
-    no_rich = ("import sys; sys.modules['rich'] = None; from zmesh.cli import main; "
+    no_rich = ("import sys; sys.modules['rich'] = None; from zmesh._tools.cli.main import main; "
                "raise SystemExit(main(sys.argv[1:]))")
     async with zmesh.Node(f"norich-{os.getpid()}", discovery=False) as node:
         node.agent("b")

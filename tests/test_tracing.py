@@ -23,8 +23,9 @@ import msgpack
 import pytest
 
 import zmesh
-from zmesh import Message, codec
-from zmesh.codec import FrameError
+from zmesh import Message
+from zmesh._wire import codec
+from zmesh._wire.codec import FrameError
 from zmesh.message import new_trace_id
 
 from .helpers import Mesh, wait_for
@@ -117,7 +118,7 @@ def no_opentelemetry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in [n for n in sys.modules if n == "opentelemetry" or n.startswith("opentelemetry.")]:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, "opentelemetry", None)
-    monkeypatch.delitem(sys.modules, "zmesh._otel", raising=False)
+    monkeypatch.delitem(sys.modules, "zmesh._tracing.otel", raising=False)
     with pytest.raises(ImportError):
         import opentelemetry  # noqa: F401
     yield

@@ -21,7 +21,7 @@ import zmq
 import zmesh
 from zmesh.errors import TransportError
 from zmesh.transport import zmq as zmq_transport
-from zmesh.transport._reader_thread import ThreadReaders
+from zmesh.transport.zmq._reader_thread import ThreadReaders
 from zmesh.transport.zmq import POLLER_ENV_VAR, ZmqTransport
 
 from .helpers import wait_for

@@ -50,15 +50,16 @@ The public surface is what ``zmesh.__all__`` names, plus :mod:`zmesh.sync`
 (the blocking twin), :mod:`zmesh.transport` (the transport interface for
 writing your own), :mod:`zmesh.security` (keys and trust, see docs/security.md) and the command lines ``zmesh`` and ``python -m
 zmesh.sim``. Everything else is internal and may change between releases:
-the modules whose names start with ``_`` (``_engine``, the protocol
-engine; ``_dispatch``, ``_delivery``, ``_inbox``, ``_watch``, ``_context``,
-``_discovery_glue``, ``_names``, ``_routes``, ``_run``) and
-``codec``, ``registry``, ``liveness``, ``topics``, ``handlers``,
-``deadletters``, ``observer``, ``message``, ``clock``, ``errors``,
-``discovery``, ``interfaces``, ``cli``, ``demo`` and ``sim``'s submodules,
-whose public names are re-exported here. See docs/architecture.md.
+the private packages (``_wire``, the wire format; ``_engine``, the protocol
+engine; ``_runtime``, the asyncio runtime; ``_tracing``; ``_tools``, the
+command lines), :mod:`zmesh.discovery` but for what its ``__all__`` names, and
+``registry``, ``liveness``, ``topics``, ``deadletters``, ``observer``,
+``message``, ``clock``, ``errors``, ``store`` and ``sim``'s submodules, whose
+public names are re-exported here. See docs/architecture.md.
 """
 
+from ._runtime.handlers import DEFERRED
+from ._runtime.run import run
 from .agent import Agent, Handoff, HandoffResult
 from .clock import Clock, FakeClock, SystemClock
 from .deadletters import DeadLetter, DeadLetters
@@ -77,13 +78,11 @@ from .errors import (
     TransportError,
     ZmeshError,
 )
-from .handlers import DEFERRED
 from .liveness import LivenessConfig
 from .message import Message, new_id
 from .node import Node, current_trace_id, trace_context
 from .observer import Receipt
 from .registry import AgentInfo, MeshEvent, NodeRecord, Registry
-from ._run import run
 from .security import keygen
 from .transport.base import Transport
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, TypeVar, Union
 
-from ._names import check_capabilities
-from ._routes import Routes
+from ._runtime.handlers import handler_mode
+from ._runtime.routes import Routes
+from ._wire.names import check_capabilities
 from .clock import Clock
 from .errors import InvalidMessage, NodeClosed
-from .handlers import handler_mode
 from .message import MESSAGE_TYPES, Message, check_options, new_request_id
 from .topics import _valid_topics as _checked_topics
 from .topics import check_pattern, check_topic

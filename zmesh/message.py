@@ -1,6 +1,6 @@
 """The message model: :class:`Message`, its JSON envelope, and id generation.
 
-This module does no I/O. The wire encoding lives in :mod:`zmesh.codec`.
+This module does no I/O. The wire encoding lives in :mod:`zmesh._wire.codec`.
 """
 
 from __future__ import annotations

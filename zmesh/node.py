@@ -19,20 +19,20 @@ import time
 from types import TracebackType
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
-from ._context import current_trace_id, trace_context
-from ._driver import Driver
 from ._engine import Engine, EngineConfig
 from ._engine.identity import parse_policy
-from ._names import check_agent_id, check_capabilities, check_name
-from ._loop_watch import DEFAULT_BLOCK_WARNING, unwatch_loop, watch_loop
-from ._run import track, untrack
-from ._stats import answer, ask, node_stats
-from ._tracing import make_dispatch
-from ._watch import Watch
+from ._runtime.context import current_trace_id, trace_context
+from ._runtime.driver import Driver
+from ._runtime.inbox import DEFAULT_CONCURRENCY, DEFAULT_INBOX, DEFAULT_INBOX_BYTES
+from ._runtime.loop_watch import DEFAULT_BLOCK_WARNING, unwatch_loop, watch_loop
+from ._runtime.run import track, untrack
+from ._runtime.stats import answer, ask, node_stats
+from ._runtime.watch import Watch
+from ._tracing.dispatch import make_dispatch
+from ._wire.names import check_agent_id, check_capabilities, check_name
 from .agent import Agent
 from .clock import Clock, SystemClock
 from .deadletters import DeadLetters
-from ._inbox import DEFAULT_CONCURRENCY, DEFAULT_INBOX, DEFAULT_INBOX_BYTES
 from .errors import AgentExists, NodeClosed, Timeout, TransportError, ZmeshError
 from .liveness import LivenessConfig
 from .observer import Observer
@@ -277,7 +277,7 @@ class Node:
     async def _start_discovery(self) -> None:
         if self.transport.capabilities.discovery != "mdns" or self.discovery_enabled is False:
             return
-        from ._discovery_glue import start_mdns
+        from ._runtime.discovery_glue import start_mdns
 
         self._driver.discovery = await start_mdns(self, self.transport, self._driver.on_discovered)
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from .._names import printable
-from ..codec import Hello, Ping, Refuse, encode_control, join_frame
+from .._wire.codec import Hello, Ping, Refuse, encode_control, join_frame
+from .._wire.names import printable
 from ..errors import FrameError
 from ..liveness import LivenessConfig
 from ..registry import MeshEvent, NodeRecord

@@ -1,7 +1,7 @@
 """Items that did not decode, though the frame around them did (internal).
 
 The codec hands each one over as a bad item, ``[codec.BAD, reason, detail,
-header]`` (see ``zmesh/_frames.py``): it is dropped and counted like any
+header]`` (see ``zmesh/_wire/frames.py``): it is dropped and counted like any
 unusable input, and when it was a message whose header still decoded, its
 sender hears about it instead of waiting for a timeout: a request gets an
 error reply, a reply fails the request it answers, and a direct message
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import codec
+from .._wire import codec
 from ..errors import FrameError
 from .config import LOCAL
 

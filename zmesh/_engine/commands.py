@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .. import codec
-from .._names import NODE_ADDRESS_PREFIX
+from .._wire import codec
+from .._wire.names import NODE_ADDRESS_PREFIX
 from ..errors import InvalidMessage, NodeClosed
 from ..message import Message
 from .config import LOCAL, EngineConfig
@@ -42,7 +42,7 @@ class Commands(Outbound):
             return LOCAL
         node_id = self.registry.node_of(target)
         if node_id is None:
-            if target.startswith(NODE_ADDRESS_PREFIX):  # a node itself (zmesh._names.node_address)
+            if target.startswith(NODE_ADDRESS_PREFIX):  # a node itself (zmesh._wire.names.node_address)
                 node_id = target[len(NODE_ADDRESS_PREFIX):]
                 if node_id == self.node_id:
                     return LOCAL

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .. import codec
+from .._wire import codec
 from ..liveness import LivenessConfig
 from ..message import new_id
 
@@ -68,7 +68,7 @@ class EngineConfig:
     window_bytes: int = CREDIT_WINDOW_BYTES
     #: Durable QoS state (a :class:`zmesh.store.Store`); None keeps it in memory only.
     store: Any = None
-    #: Payload hooks (``Node(encoder=..., decoder=...)``, see zmesh/_packer.py).
+    #: Payload hooks (``Node(encoder=..., decoder=...)``, see zmesh/_wire/packer.py).
     encoder: codec.Encoder | None = None
     decoder: codec.Decoder | None = None
     #: Keyed mode: this node's public key (Z85), the key a node name is bound

@@ -17,11 +17,12 @@ import math
 from collections import Counter
 from typing import Any
 
-from .. import codec
-from .._names import printable
+from .._wire import codec
+from .._wire.names import printable
 from ..errors import NodeClosed
 from ..registry import NodeRecord, Registry
 from . import inbound
+from .commands import Commands
 from .config import (
     BATCH_BYTES,
     DISCOVERED_PATIENCE,
@@ -31,9 +32,8 @@ from .config import (
     EngineConfig,
     first_endpoint,
 )
-from .effects import CLOSE, OPEN, SEND, Effect
-from .commands import Commands
 from .credit import Flow
+from .effects import CLOSE, OPEN, SEND, Effect
 from .identity import Identities
 from .members import Members
 from .reliable import Reliable

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ..codec import Blocked, Credit, encode_control
+from .._wire.codec import Blocked, Credit, encode_control
 from .config import LOCAL
 from .effects import CREDIT
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import codec
-from .._names import MAX_AGENT_ID, node_address
+from .._wire import codec
+from .._wire.names import MAX_AGENT_ID, node_address
 from ..errors import FrameError, ZmeshError
 from ..message import Message
 from ..topics import matches

@@ -11,15 +11,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ..codec import (
+from .._wire.codec import (
     Ack, Blocked, Bye, Control, Credit, Declined, Handled, Hello, Ping, Pong, Update, encode_control, join_frame,
 )
-from .._names import printable
+from .._wire.names import printable
 from ..errors import FrameError
 from ..registry import NodeRecord
 from ..transport.base import endpoint_host, is_loopback_endpoint
-from .effects import ACKED, ANNOUNCE, CLOSE, EVENT, REDISCOVER, SEND, SUBSCRIBE, UNSUBSCRIBE
-from . import admission, timers
+from . import admission
+from . import timers
 from .config import (
     DISCOVERED_PATIENCE,
     LOST_PATIENCE,
@@ -29,6 +29,7 @@ from .config import (
     SEED_RETRY,
     SEED_RETRY_MAX,
 )
+from .effects import ACKED, ANNOUNCE, CLOSE, EVENT, REDISCOVER, SEND, SUBSCRIBE, UNSUBSCRIBE
 from .parked import Parked
 from .peer import Knock, Peer
 from .states import step

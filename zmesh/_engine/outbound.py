@@ -15,8 +15,8 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from .. import codec
-from .._frames import MAX_ITEMS
+from .._wire import codec
+from .._wire.frames import MAX_ITEMS
 from ..errors import FrameError, ZmeshError
 from . import inbound
 from .config import LOCAL

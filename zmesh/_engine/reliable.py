@@ -38,8 +38,8 @@ import heapq
 import math
 from typing import TYPE_CHECKING, Any
 
-from .. import codec
-from .._names import MAX_AGENT_ID as MAX_ID
+from .._wire import codec
+from .._wire.names import MAX_AGENT_ID as MAX_ID
 from ..errors import FrameError
 from ..message import Message
 from .config import LOCAL

@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from .._names import printable
-from ..codec import Ping, encode_control
+from .._wire.codec import Ping, encode_control
+from .._wire.names import printable
 from ..registry import MeshEvent
-from .config import REDISCOVER_MAX, REDISCOVER_MIN, SEED_RETRY_MAX, SEED_SILENT_HELLOS
 from . import admission
+from .config import REDISCOVER_MAX, REDISCOVER_MIN, SEED_RETRY_MAX, SEED_SILENT_HELLOS
 from .effects import EVENT, REDISCOVER
 
 if TYPE_CHECKING:

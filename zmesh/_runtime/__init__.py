@@ -1,0 +1,1 @@
+"""The asyncio runtime (internal): dispatch, delivery, inboxes, handlers, the driver."""

@@ -1,0 +1,295 @@
+"""Messages arriving for this node's agents (internal): each agent's inbox,
+its concurrency limit, and running its handlers.
+
+A message starts its handler at once while the agent runs fewer than its
+``concurrency`` handlers and nothing waits before it; otherwise it waits in
+the agent's inbox (priority 0 first, then arrival). TTL is checked when a
+message is taken to be handled: an expired one is never handled. Taking a
+message (to handle, expire or drop it) returns its flow-control credit to
+the sender's node. A message that finds the inbox full is dropped and
+counted: a direct one is dead-lettered (a request is answered ``busy``, so
+its requester gets Backpressure); a broadcast counts as ``slow_subscriber``
+and the first of a run raises a ``slow_subscriber`` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..agent import HANDOFF_TOPIC, Agent, Handoff
+from ..message import Message
+from ..registry import MeshEvent
+from .context import trace_var
+from .handlers import DEFERRED, INLINE, finish, run_handler
+from .inbox import Entry, Inbox
+from .remote import error_payload
+
+if TYPE_CHECKING:
+    from ..node import Node
+    from .dispatch import Dispatch
+
+__all__ = ["Delivery"]
+
+log = logging.getLogger("zmesh")
+
+
+class Delivery:
+    #: May _start end a one-way message's inline handler without _handler_done? (Not when a subclass adds to it.)
+    _one_way_inline = True
+
+    def __init__(self, node: Node, dispatch: Dispatch) -> None:
+        self._node = node
+        self._dispatch = dispatch
+        self._engine = dispatch._engine
+        self._driver = dispatch._driver
+        self._clock = node.clock
+        self.tasks = dispatch.tasks
+        self.stats = dispatch.stats
+        self.inboxes: dict[str, Inbox] = {}
+
+    # -- agents ------------------------------------------------------------
+
+    def add_agent(self, agent_id: str, concurrency: int, max_count: int, max_bytes: int) -> None:
+        self.inboxes[agent_id] = Inbox(concurrency, max_count, max_bytes)
+        self.tasks.add_pool(agent_id, concurrency)
+
+    def remove_agent(self, agent_id: str) -> None:
+        """The agent left: what waits in its inbox is dead-lettered (and answered)."""
+        inbox = self.inboxes.pop(agent_id, None)
+        if inbox is None:
+            return
+        self.tasks.remove_pool(agent_id)
+        self.stats["handled"] += inbox.handled  # the node's total keeps what the agent handled
+        for entry in inbox.drain():
+            self._taken(agent_id, entry)
+            self._undeliverable(entry, "not_found", f"agent {agent_id!r} left", agent_id)
+
+    # -- arrival -----------------------------------------------------------
+
+    def deliver(self, agent_id: str, msg: Message, broadcast: bool, origin: str, size: int) -> None:
+        inbox = self.inboxes.get(agent_id)
+        agent = self._node._agents.get(agent_id)
+        if broadcast and agent is not None and inbox is not None:
+            # One handler run per matching subscription, each its own inbox entry.
+            for route in agent._routes.broadcast_routes(msg.topic):
+                self._accept(agent, inbox, Entry(msg, True, origin, size, False, route))
+            return
+        entry = Entry(msg, broadcast, origin, size, not broadcast and msg.correlation_id != "")
+        if agent is None or inbox is None:
+            self._taken(agent_id, entry)
+            why = f"agent {agent_id!r} left node {self._node.id!r}"
+            self._undeliverable(entry, "not_found", why, agent_id)
+        elif inbox.running < inbox.concurrency and not inbox.heap:  # inbox.may_start(), inline
+            self._start(agent, inbox, entry)
+        elif inbox.fits(size, False):
+            inbox.put(entry)
+        else:
+            self._overflow(agent_id, inbox, entry)
+
+    def _accept(self, agent: Agent, inbox: Inbox, entry: Entry) -> None:
+        """Start ``entry``'s handler now, or let it wait in the inbox, or drop it
+        (what ``deliver`` does inline for a direct message)."""
+        if inbox.running < inbox.concurrency and not inbox.heap:  # inbox.may_start(), inline
+            self._start(agent, inbox, entry)
+        elif inbox.fits(entry.size, entry.broadcast):
+            inbox.put(entry)
+        else:
+            self._overflow(agent.id, inbox, entry)
+
+    def _overflow(self, agent_id: str, inbox: Inbox, entry: Entry) -> None:
+        msg = entry.msg
+        inbox.dropped += 1
+        if entry.broadcast:
+            self._engine.drop("slow_subscriber", agent_id, f"inbox full, dropped {msg.topic!r}")
+            if not inbox.slow:
+                inbox.slow = True
+                self._node._watch.emit(MeshEvent("slow_subscriber", self._node.id, agent_id, msg.topic))
+            return
+        self._taken(agent_id, entry)
+        self._engine.drop("inbox_full", agent_id)
+        why = f"agent {agent_id!r} has a full inbox on node {self._node.id!r}"
+        self._undeliverable(entry, "busy", why, agent_id)
+
+    def _taken(self, agent_id: str, entry: Entry) -> None:
+        if not entry.broadcast:
+            self._engine.taken(entry.origin, agent_id)
+
+    # -- handling ----------------------------------------------------------
+
+    def _start(self, agent: Agent, inbox: Inbox, entry: Entry) -> None:
+        """Hand one message to its handler (or say why it cannot be)."""
+        if not entry.broadcast and not self._engine.closed:  # self._taken, inline: once per message
+            self._engine.flow.taken(entry.origin, agent.id)
+        msg = entry.msg
+        if msg.ttl is not None and msg.expired(self._clock.time()):
+            self._settled(entry)  # retrying cannot help now
+            self._undeliverable(entry, "expired", "the ttl ran out before it was handled", agent.id)
+            return
+        if entry.request and msg.topic == HANDOFF_TOPIC and msg.type == "task":
+            self._offer_handoff(agent, inbox, entry)
+            return
+        if entry.broadcast:
+            routes = agent._routes
+            if not routes.still_routed(entry.route, msg.topic):
+                return  # unsubscribed while it waited: not wanted any more
+            found = routes.broadcast_entry(entry.route, msg.topic)
+        else:
+            found = agent.handler_entry(msg.topic)
+        if found is None:
+            self._settled(entry)
+            why = f"agent {agent.id!r} has no handler for {msg.topic!r}"
+            self._undeliverable(entry, "no_handler", why, agent.id)
+            return
+        inbox.handled += 1  # the node's total is the sum (see zmesh._runtime.stats)
+        inbox.running += 1
+        handler, mode = found
+        token = trace_var.set(msg.trace_id)  # self._run, inline: once per message
+        try:
+            if mode == INLINE and self._one_way_inline and not entry.request and not msg.qos:
+                # run_handler and _handler_done, inline for an inline handler of a
+                # one-way qos 0 message (a stream's common case): nothing is owed
+                # once it returns, and the batch's pump carries out what it asked.
+                try:
+                    result = handler(msg)
+                except BaseException as exc:  # contained, as run_handler does
+                    self._handler_failed(exc, (agent, entry))
+                    return
+                if result is None and self._driver.in_drain and not (inbox.heap or inbox.pumping or inbox.slow):
+                    inbox.running -= 1
+                    return
+                finish(result, self._handler_done, self._handler_failed, (agent, entry), self.tasks)
+                return
+            run_handler(handler, msg, self._handler_done, self._handler_failed, self.tasks, (agent, entry), mode,
+                        agent.id)
+        finally:
+            trace_var.reset(token)
+
+    def _run(self, handler: Callable[..., Any], arg: Any, mode: str, done: Callable[[Any, Any], None],
+             extra: tuple[Agent, Entry]) -> None:
+        token = trace_var.set(extra[1].msg.trace_id)
+        try:
+            run_handler(handler, arg, done, self._handler_failed, self.tasks, extra, mode, extra[0].id)
+        finally:
+            trace_var.reset(token)
+
+    def _release(self, agent_id: str) -> None:
+        """One of the agent's handlers ended: start what waits, as far as the limit allows."""
+        inbox = self.inboxes.get(agent_id)
+        if inbox is None:
+            return
+        inbox.running -= 1
+        if inbox.pumping:
+            return  # an outer call is already taking from this inbox (inline handlers)
+        if inbox.heap:  # something waits (nothing: the common case, costs nothing more)
+            inbox.pumping = True
+            try:
+                while True:
+                    entry = inbox.take()
+                    agent = self._node._agents.get(agent_id)
+                    if entry is None or agent is None:
+                        break
+                    self._start(agent, inbox, entry)
+            finally:
+                inbox.pumping = False
+        if inbox.slow and len(inbox) <= inbox.max_count // 2:
+            inbox.slow = False  # caught up: the next drop is news again
+        driver = self._driver
+        if not driver.in_drain:
+            driver.handler_ended()
+
+    def _handler_done(self, result: Any, extra: tuple[Agent, Entry]) -> None:
+        agent, entry = extra
+        msg = entry.msg
+        if entry.request:
+            if result is not DEFERRED:
+                if isinstance(result, Message):
+                    result = result.payload
+                self._dispatch.reply(msg, "ok", result)
+        elif msg.qos and not entry.broadcast:
+            self._dispatch.handled(entry.origin, msg)
+        inbox = self.inboxes.get(agent.id)
+        if inbox is not None and not (inbox.heap or inbox.pumping or inbox.slow):
+            # self._release, inline for its common case (nothing waits): once per message
+            inbox.running -= 1
+            driver = self._driver
+            if not driver.in_drain:
+                driver.handler_ended()
+            return
+        self._release(agent.id)
+
+    def _handler_failed(self, exc: BaseException, extra: tuple[Agent, Entry]) -> None:
+        agent, entry = extra
+        msg = entry.msg
+        if isinstance(exc, (asyncio.CancelledError, TimeoutError, asyncio.TimeoutError)):
+            # A cancellation or a deadline somebody asked for (asyncio.timeout, a
+            # request's timeout): what happened, not a bug, so no traceback.
+            log.info("zmesh: handler of agent %r for topic %r ended by %s%s", agent.id, msg.topic,
+                     type(exc).__name__, f": {exc}" if str(exc) else "")
+        else:
+            log.error(
+                "zmesh: handler of agent %r for topic %r raised %s: %s",
+                agent.id, msg.topic, type(exc).__name__, exc, exc_info=exc,
+            )
+        self.stats["handler_errors"] += 1
+        self._dispatch.dead(msg, "handler_error", f"{type(exc).__name__}: {exc}", agent.id)
+        if entry.request:
+            self._dispatch.reply(msg, "error", error_payload(exc))
+        else:
+            self._settled(entry)  # handled, if not well: running it again would not help
+        self._release(agent.id)
+
+    def _settled(self, entry: Entry) -> None:
+        """A one-way qos >= 1 message is done with here: acknowledge it."""
+        if entry.msg.qos and not entry.request and not entry.broadcast:
+            self._dispatch.handled(entry.origin, entry.msg)
+
+    def _undeliverable(self, entry: Entry, reason: str, why: str, target: str) -> None:
+        """Dead-letter ``entry``'s message here, and tell its requester (if any) why.
+
+        A one-way qos >= 1 message dropped before its handler ran (full
+        inbox, agent gone) stays its sender's: it is sent again, so no dead
+        letter here, only the drop counted by the caller.
+        """
+        msg = entry.msg
+        if msg.qos and not entry.request and not entry.broadcast and reason in ("busy", "not_found"):
+            self._engine.unhandled(entry.origin, msg)
+            return
+        self._dispatch.dead(msg, reason, why, target)
+        if entry.request:
+            self._dispatch.reply(msg, reason, why)
+
+    def _offer_handoff(self, agent: Agent, inbox: Inbox, entry: Entry) -> None:
+        msg = entry.msg
+        payload = msg.payload
+        if (
+            not isinstance(payload, dict)
+            or not isinstance(payload.get("task_id"), str)
+            or not isinstance(payload.get("artifacts", []), list)
+        ):
+            self._dispatch.reply(msg, "error", {"type": "InvalidMessage", "message": "malformed handoff"})
+            return
+        task_id = payload["task_id"]
+        handler = agent.handoff_handler
+        if handler is None:
+            self._dispatch.reply(msg, "ok", {"accepted": False, "reason": f"agent {agent.id!r} takes no handoffs"})
+            return
+        offer = Handoff(
+            task_id, msg.sender, payload.get("context"), tuple(str(a) for a in payload.get("artifacts", [])), msg
+        )
+
+        def done(accepted: Any, _: Any) -> None:
+            if accepted is True and msg.expired(self._clock.time()):
+                # The offerer stops waiting at the offer's ttl and keeps the task: too late to take it.
+                accepted = "the offer expired before it was accepted"
+            if accepted is True:
+                agent.claim(task_id)
+                self._dispatch.reply(msg, "ok", {"accepted": True})
+            else:
+                reason = accepted if isinstance(accepted, str) else "refused"
+                self._dispatch.reply(msg, "ok", {"accepted": False, "reason": reason})
+            self._release(agent.id)
+
+        inbox.running += 1
+        self._run(handler, offer, agent.handoff_mode, done, (agent, entry))

@@ -1,0 +1,410 @@
+"""The API side of a node (internal): what agents ask of it. Flow-control
+waits, dead letters, observer receipts and the futures of pending requests
+live here; what arrives for agents is :mod:`._delivery`'s; the protocol is
+the engine's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Callable
+
+from .._engine import Engine
+from ..clock import Clock, SystemClock
+from ..deadletters import DeadLetter, DeadLetters
+from ..errors import (
+    AgentNotRegistered,
+    Backpressure,
+    InvalidMessage,
+    NodeClosed,
+    PeerLost,
+    Timeout,
+    ZmeshError,
+)
+from ..message import Message, new_trace_id
+from ..observer import Observer, Receipt
+from .context import trace_var
+from .delivery import Delivery
+from .handlers import HandlerTasks
+from .remote import reply_error
+
+if TYPE_CHECKING:
+    from ..node import Node
+    from .driver import Driver
+
+__all__ = ["Dispatch", "AgentPort"]
+
+log = logging.getLogger("zmesh")
+
+Key = tuple[str, str]
+
+#: ``await send()`` lets the loop run once per this many sends, so a send
+#: loop never starves the node (draining, replies, timers) it runs on.
+YIELD_EVERY = 256
+#: A target no node hosts may be one this node is about to learn of: a send
+#: or request to it waits (within its own timeout) while the node joins, and
+#: for LEARN_WINDOW s after a peer joined, whose agents may be a record update
+#: behind; with mDNS, for the node's first DISCOVERY_WINDOW s (announcing and
+#: hearing answers takes about 1.2 s). Real seconds, whatever the node's clock:
+#: it is how long the network takes, not a protocol timer.
+LEARN_WINDOW = 0.5
+DISCOVERY_WINDOW = 3.0
+#: How often such a wait looks again, at least (real seconds; every mesh event wakes it too).
+KNOWN_RECHECK = 0.25
+
+
+class AgentPort:
+    """The node as its agents see it: an :class:`zmesh.agent.AgentHost`."""
+
+    def __init__(self, node: Node, dispatch: Dispatch) -> None:
+        self.clock: Clock = node.clock
+        self._node = node
+        self.stamp = dispatch.stamp
+        self.send_now = dispatch.send_now
+        self.send = dispatch.send
+        self.request = dispatch.request
+        self.reply = dispatch.reply
+        self.broadcast = dispatch.broadcast
+        self.changed = node._agent_changed
+        self.remove = node._remove_agent
+
+    @property
+    def closed(self) -> bool:
+        return self._node.closed
+
+    async def settled(self) -> bool:
+        return await self._node.settled()
+
+
+class Dispatch:
+    def __init__(
+        self, node: Node, engine: Engine, driver: Driver, dead_letter_capacity: int, workers: int | None
+    ) -> None:
+        self._node = node
+        self._engine = engine
+        self._driver = driver
+        self._clock = node.clock
+        # The wall clock for timestamps: time.time itself, not a method around it, on the real clock.
+        self._wall: Callable[[], float] = time.time if type(node.clock) is SystemClock else node.clock.time
+        self._futures: dict[Key, asyncio.Future[Message]] = {}
+        self._credit_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._sends = 0
+        self._observers: list[Observer] = []
+        self.tasks = HandlerTasks(workers, node.id)
+        self.stats: Counter[str] = Counter()
+        self.dead_letters = DeadLetters(dead_letter_capacity, self._redeliver)
+        self.delivery = Delivery(node, self)
+        self.port = AgentPort(node, self)
+
+    # -- what agents send ------------------------------------------------
+
+    def stamp(self, msg: Message, trace_id: str | None) -> None:
+        msg.timestamp = self._wall()
+        msg.trace_id = trace_id or trace_var.get() or new_trace_id()
+
+    def send_now(self, msg: Message, timeout: float | None) -> bool:
+        """The send loop's path: send ``msg`` if nothing makes it wait, yield,
+        report or fail; False (nothing sent) when it must go by :meth:`send`."""
+        sends = self._sends + 1
+        if sends % YIELD_EVERY == 0 or timeout is not None or msg.qos or self._observers or self._node._closed:
+            return False
+        engine = self._engine
+        if not engine.send_if_open(msg, 0.0):
+            return False  # :meth:`send` waits for credit, or raises
+        self._sends = sends
+        driver = self._driver
+        if engine.effects or not driver._flush_scheduled:
+            driver.pump()
+        return True
+
+    async def send(self, msg: Message, timeout: float | None, kind: str = "send", dead_letter: bool = True) -> None:
+        """Fire-and-forget, once flow control allows; raises before anything is sent."""
+        if self._node._closed:
+            raise NodeClosed(f"node {self._node.id!r} is closed")
+        if timeout is not None and (
+            (timeout.__class__ is not float and timeout.__class__ is not int) or not timeout >= 0
+        ):
+            raise InvalidMessage(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
+        driver = self._driver
+        engine = self._engine
+        observers = self._observers
+        started = driver.now() if (observers or msg.qos) else 0.0  # only a receipt, a wait or qos needs it
+        route = engine.send_if_open(msg, started)
+        if not route:
+            started = started or driver.now()
+            deadline = None if timeout is None else started + timeout
+            if route is None:
+                # Without a timeout of its own, a send waits for its target no longer than a settle.
+                known_by = started + (self._node.settle_timeout if timeout is None else timeout)
+                route = await self._wait_known(msg, known_by)
+                if route is None:
+                    raise self._not_found(msg, kind, started, dead_letter)
+            if not route:
+                route = await self._wait_credit(msg, kind, started, deadline)
+            engine.send(msg, route, started)
+        if engine.effects or not driver._flush_scheduled:
+            driver.pump()
+        if observers:
+            self.receipt(kind, "success", started, msg)
+        sends = self._sends = self._sends + 1
+        if not sends % YIELD_EVERY:
+            # A send loop: what it queued leaves now as one frame, and the
+            # next message waits to be batched with those after it (the
+            # first message after a flush otherwise leaves alone).
+            self._engine.flush()
+            self._driver.pump()
+            await asyncio.sleep(0)
+            self._engine.hold = True
+
+    async def _wait_credit(self, msg: Message, kind: str, started: float, deadline: float | None) -> str:
+        """Wait until ``msg.target`` may take one more message from us; return its route.
+
+        Raises Backpressure at ``deadline``, AgentNotRegistered if the
+        target leaves meanwhile, NodeClosed if the node closes.
+        """
+        self.stats["backpressure_waits"] += 1
+        self._driver.pump()  # the engine may have told the receiver we wait
+        loop = self._driver.loop
+        assert loop is not None
+        while True:
+            route = self._engine.admit(msg.target)
+            if route:
+                return route
+            if route is None:
+                raise self._not_found(msg, kind, started)
+            if self._node.closed:
+                raise NodeClosed(f"node {self._node.id!r} is closed")
+            if deadline is not None and self._clock.monotonic() >= deadline:
+                self.stats["backpressure_timeouts"] += 1
+                self.receipt(kind, "failure", started, msg, "Backpressure")
+                raise Backpressure(
+                    f"agent {msg.target!r} took nothing more from node {self._node.id!r} within "
+                    f"{deadline - started:.3g} s (its inbox holds what flow control allows); nothing was sent"
+                )
+            future: asyncio.Future[None] = loop.create_future()
+            waiters = self._credit_waiters.setdefault(msg.target, [])
+            waiters.append(future)
+            timer = None
+            if deadline is not None:
+                timer = self._clock.call_later(max(0.0, deadline - self._clock.monotonic()),
+                                               lambda f=future: f.done() or f.set_result(None))
+            try:
+                await future
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                if future in waiters:
+                    waiters.remove(future)
+                if not waiters and self._credit_waiters.get(msg.target) is waiters:
+                    # Only our own list: credit() may have taken it, and a sender it
+                    # woke may already wait again in a new one under the same target.
+                    del self._credit_waiters[msg.target]
+
+    async def _wait_known(self, msg: Message, deadline: float) -> str | None:
+        """No node hosts ``msg.target`` yet, but this node may be about to learn
+        of one (see :meth:`learning_until`): wait for it until then, or until
+        ``deadline``. Its route as :meth:`Engine.admit` gives it, or None."""
+        clock = self._clock
+        watch = self._driver.watch
+        first = True
+        while True:
+            left = deadline - clock.monotonic()
+            learning = self.learning_until() - time.monotonic()
+            if left <= 0 or learning <= 0:
+                return None
+            if first:
+                first = False
+                self.stats["unknown_target_waits"] += 1
+            # Woken by every mesh event (an agent or peer joined); re-checked at
+            # least every KNOWN_RECHECK s, as a knock given up on says nothing.
+            await watch.changed(clock, left, min(learning, KNOWN_RECHECK))
+            if self._node.closed:
+                raise NodeClosed(f"node {self._node.id!r} is closed")
+            route = self._engine.admit(msg.target)
+            if route is not None:
+                return route
+
+    def learning_until(self) -> float:
+        """Until when (``time.monotonic()``) an agent id no node hosts may be one
+        this node is about to learn of: no limit while it joins (a seed or a
+        member heard of has not answered yet), else LEARN_WINDOW after a peer
+        last joined, and with mDNS its first DISCOVERY_WINDOW s. Past that, a
+        send or request to an unknown agent fails at once."""
+        if self._node.joining:
+            return math.inf
+        driver = self._driver
+        until = driver.watch.last_joined + LEARN_WINDOW
+        if driver.discovery is not None:
+            until = max(until, driver.started_at + DISCOVERY_WINDOW)
+        return until
+
+    def credit(self, agent: str) -> None:
+        """The engine says ``agent`` may take more from us (or its node left): wake its senders."""
+        for future in self._credit_waiters.pop(agent, ()):
+            if not future.done():
+                future.set_result(None)
+
+    def wake_all(self) -> None:
+        """The node is closing: every sender waiting for credit gives up."""
+        for agent in list(self._credit_waiters):
+            self.credit(agent)
+
+    def _not_found(self, msg: Message, kind: str, started: float, dead_letter: bool = True) -> AgentNotRegistered:
+        """Record an unroutable send/request (dead letter, receipt); return the error to raise."""
+        if dead_letter:
+            self.dead(msg, "not_found")
+        self.receipt(kind, "not_found", started, msg, "AgentNotRegistered")
+        waited = self._clock.monotonic() - started
+        why = (f" (waited {waited:.3g} s for it to appear, as this node had just started or joined; if it is "
+               f"still starting elsewhere, await node.wait_for_agents({msg.target!r}) first)")
+        if waited < 0.001:
+            why = ""
+        return AgentNotRegistered(f"no node in mesh {self._node.mesh!r} hosts agent {msg.target!r}{why}")
+
+    async def _redeliver(self, msg: Message) -> None:
+        if msg.sender not in self._node._agents and msg.target not in self._node._agents:
+            # Sending as another node's agent would be (rightly) dropped as spoofed.
+            raise InvalidMessage(
+                f"cannot redeliver from node {self._node.id!r}: sender {msg.sender!r} is not hosted here "
+                f"and target {msg.target!r} is not either; redeliver from the sender's node"
+            )
+        await self.send(msg, None, dead_letter=False)
+
+    async def request(self, msg: Message, timeout: float, kind: str) -> Message:
+        if self._node.closed:
+            raise NodeClosed(f"node {self._node.id!r} is closed")
+        if (timeout.__class__ is not float and timeout.__class__ is not int) or not timeout > 0:
+            raise InvalidMessage(f"timeout must be a positive number of seconds, got {timeout!r}")
+        started = self._driver.now()
+        route = self._engine.admit(msg.target)
+        if not route:
+            if route is None:
+                route = await self._wait_known(msg, started + timeout)
+                if route is None:
+                    raise self._not_found(msg, kind, started)
+            if not route:
+                route = await self._wait_credit(msg, kind, started, started + timeout)
+        key = self._engine.request(msg, started + timeout, self._driver.now(), route)
+        if key is None:
+            raise self._not_found(msg, kind, started)
+        future: asyncio.Future[Message] = self._driver.loop.create_future()  # type: ignore[union-attr]
+        self._futures[key] = future
+        self._driver.pump()
+        try:
+            reply = await future
+        except asyncio.CancelledError:
+            self._engine.forget_request(key)  # the caller's own cancellation: no receipt, no dead letter
+            raise
+        except Timeout as exc:
+            self.dead(msg, "timeout", str(exc))
+            self.receipt(kind, "timeout", started, msg, "Timeout")
+            raise
+        except PeerLost as exc:
+            self.dead(msg, "peer_lost", str(exc))
+            self.receipt(kind, "failure", started, msg, "PeerLost")
+            raise PeerLost(str(exc)) from None
+        except ZmeshError as exc:
+            self.receipt(kind, "failure", started, msg, type(exc).__name__)
+            raise
+        finally:
+            self._futures.pop(key, None)
+        if reply.status == "ok":
+            if self._observers:
+                self.receipt(kind, "success", started, msg)
+            return reply
+        error = reply_error(reply)
+        outcome = {"not_found": "not_found", "expired": "timeout"}.get(reply.status, "failure")
+        if isinstance(error, Timeout):
+            outcome = "timeout"
+        self.receipt(kind, outcome, started, msg, type(error).__name__)
+        raise error
+
+    async def node_request(self, msg: Message, timeout: float) -> Message:
+        """Send request ``msg`` from this node itself (``msg.sender`` is its node
+        address, see ``Node.peer_stats``) and return the reply Message. No
+        flow-control wait, receipt or dead letter: it is not an agent's.
+        Raises PeerLost when the target node is not a peer, Timeout."""
+        now = self._driver.now()
+        route = self._engine.route(msg.target)
+        key = None if route is None else self._engine.request(msg, now + timeout, now, route)
+        if key is None:
+            raise PeerLost(f"{msg.target!r} is not a peer of node {self._node.id!r}")
+        future: asyncio.Future[Message] = self._driver.loop.create_future()  # type: ignore[union-attr]
+        self._futures[key] = future
+        self._driver.pump()
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self._engine.forget_request(key)
+            raise
+        finally:
+            self._futures.pop(key, None)
+
+    def resolved(self, key: Key, reply: Message | None, error: Exception | None) -> None:
+        future = self._futures.get(key)
+        if future is None or future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(reply)  # type: ignore[arg-type]
+
+    def reply(self, request: Message, status: str, payload: Any) -> None:
+        self._engine.reply_status(request, status, payload)
+        if not self._driver.in_drain:  # a drain sends when it ends
+            self._driver.pump()
+
+    def handled(self, origin: str, msg: Message) -> None:
+        """A one-way qos >= 1 message's handler finished: acknowledge it."""
+        self._engine.handled(origin, msg)
+        if not self._driver.in_drain:  # a drain sends when it ends
+            self._driver.pump()
+
+    def broadcast(self, msg: Message) -> int:
+        started = self._clock.monotonic()
+        reached = self._engine.broadcast(msg)
+        self._driver.pump()
+        self.receipt("broadcast", "success", started, msg, reached=reached)
+        return reached
+
+    # -- what arrives for our agents: see _delivery ----------------------
+
+    def deliver(self, agent_id: str, msg: Message, broadcast: bool, origin: str, size: int) -> None:
+        self.delivery.deliver(agent_id, msg, broadcast, origin, size)
+
+    # -- dead letters and receipts ---------------------------------------
+
+    def dead(self, msg: Message, reason: str, detail: str = "", target: str = "") -> None:
+        target = target or msg.target
+        self.dead_letters.add(DeadLetter(reason, msg, target, msg.trace_id, self._clock.time(), detail))
+        inbox = self.delivery.inboxes.get(target)
+        if inbox is not None:  # a local agent's: counted in its stats
+            inbox.dead_letters += 1
+
+    def observe(self, callback: Observer) -> Callable[[], None]:
+        self._observers.append(callback)
+
+        def stop() -> None:
+            if callback in self._observers:
+                self._observers.remove(callback)
+
+        return stop
+
+    def receipt(
+        self, kind: str, outcome: str, started: float, msg: Message, error: str = "", reached: int = 0
+    ) -> None:
+        if not self._observers:
+            return
+        receipt = Receipt(
+            kind, outcome, self._clock.monotonic() - started, msg.sender, msg.target, msg.topic,
+            msg.trace_id, msg.correlation_id, error, reached,
+        )
+        for callback in list(self._observers):
+            try:
+                callback(receipt)
+            except Exception:
+                log.exception("zmesh observer %r raised; receipt %r", callback, receipt)

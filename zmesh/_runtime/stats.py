@@ -1,0 +1,128 @@
+"""What a node tells about itself (internal): ``Node.stats()``, and the
+``zmesh.stats`` request every node answers, which ``Node.peer_stats`` sends.
+
+Every figure is read from counters the node keeps anyway (the per-agent ones
+live in each agent's inbox); nothing is counted per message for a reader's
+sake. Rates are the reader's to compute, from two snapshots (see "Watching a
+mesh" in the guide; ``zmesh top`` does so).
+
+The request goes to the node's own address (``zmesh._wire.names.node_address``),
+not to an agent: it travels as an ordinary qos 0 request from the asking
+node's address, so it has the request path's deadline, ``PeerLost`` and
+flow control, and an observer that hosts no agent (``zmesh top``) can send it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._wire.names import node_address
+from ..errors import InvalidMessage, ZmeshError
+from ..message import Message, new_request_id
+from .handlers import HandlerTasks
+from .inbox import Inbox
+from .remote import reply_error
+
+if TYPE_CHECKING:
+    from ..node import Node
+
+__all__ = ["COUNTERS", "STATS_TOPIC", "node_stats", "agent_stats", "answer", "ask"]
+
+#: The counters of ``Node.stats()``; each is there, at 0, before it first moves.
+COUNTERS = (
+    "messages_sent", "messages_received", "requests_sent", "broadcasts", "late_replies",
+    "handled", "handler_errors", "frames_sent", "frames_received", "bytes_sent", "bytes_received",
+    "frames_published", "bytes_published", "heartbeats_published", "items_to_departed_peers",
+    "events_overflowed", "credit_waits", "credit_reports", "backpressure_waits", "backpressure_timeouts", "unknown_target_waits",
+    "retransmits", "duplicates", "qos_expired", "store_errors",
+)
+
+#: The topic of the request a node answers with its ``stats()``.
+STATS_TOPIC = "zmesh.stats"
+
+
+def agent_stats(inboxes: dict[str, Inbox], tasks: HandlerTasks) -> dict[str, dict[str, int]]:
+    """``stats()["by_agent"]``: each hosted agent's counters and inbox, by id.
+
+    ``running`` counts the handlers running now; ``waiting_for_thread`` the
+    plain ones started but waiting for a thread of a full worker pool
+    (``Node(workers=N)``), which a least-loaded pick must count as load too.
+    """
+    out: dict[str, dict[str, int]] = {}
+    for agent_id, inbox in inboxes.items():
+        waiting = tasks.waiting_for_thread(agent_id)
+        out[agent_id] = {
+            "handled": inbox.handled,
+            "inbox": len(inbox),
+            "inbox_bytes": inbox.bytes,
+            "running": inbox.running - waiting,
+            "waiting_for_thread": waiting,
+            "dropped": inbox.dropped,
+            "dead_letters": inbox.dead_letters,
+            "concurrency": inbox.concurrency,
+            "inbox_size": inbox.max_count,
+        }
+    return out
+
+
+def node_stats(node: Node) -> dict[str, Any]:
+    """``node.stats()``: every key of the guide's table, from the start."""
+    engine = node._engine
+    dispatch = node._dispatch
+    out: dict[str, Any] = dict.fromkeys(COUNTERS, 0)  # every counter, from the start
+    out.update(engine.stats)
+    out["messages_sent"] = engine.messages_sent  # plain ints: counted once per message
+    out["messages_received"] = engine.messages_received
+    out.update(node._watch.stats)
+    out.update(dispatch.stats)
+    by_agent = agent_stats(dispatch.delivery.inboxes, dispatch.tasks)
+    # What agents that left handled, and what each present one has.
+    out["handled"] = dispatch.stats["handled"] + sum(a["handled"] for a in by_agent.values())
+    out["dropped"] = dict(engine.dropped)
+    out["dropped_total"] = sum(engine.dropped.values())
+    out["pending_requests"] = len(engine.requests)
+    out["unacked"] = engine.reliable.unacked
+    out["peers"] = len(engine.peers)
+    out["agents"] = len(by_agent)
+    out["dead_letters"] = node.dead_letters.total
+    out["transport"] = node.transport.stats()
+    out["by_agent"] = by_agent
+    out["node_id"] = node.id
+    out["incarnation"] = node.incarnation
+    out["uptime"] = node.uptime
+    return out
+
+
+def answer(node: Node, msg: Message, origin: str) -> None:
+    """A message for ``node`` itself arrived from ``origin`` (a node id, or the
+    engine's LOCAL): answer a ``zmesh.stats`` request, refuse anything else."""
+    engine = node._engine
+    engine.taken(origin, msg.target)  # its flow-control credit goes back at once
+    if msg.correlation_id and msg.topic == STATS_TOPIC:
+        engine.reply_status(msg, "ok", node.stats())
+        return
+    why = f"node {node.id!r} itself answers {STATS_TOPIC!r} requests only"
+    node._dispatch.dead(msg, "no_handler", why)
+    if msg.correlation_id:
+        engine.reply_status(msg, "no_handler", why)
+    elif msg.qos:
+        engine.handled(origin, msg)  # sending it again would not help
+
+
+async def ask(node: Node, node_id: str, timeout: float) -> dict[str, Any]:
+    """``await node.peer_stats(node_id)``: that node's ``stats()``."""
+    if not isinstance(node_id, str) or not node_id:
+        raise InvalidMessage(f"node id must be a non-empty string, got {node_id!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise InvalidMessage(f"timeout must be a positive number of seconds, got {timeout!r}")
+    node._check_open()
+    me = node_address(node.id)
+    msg = Message("query", me, node_address(node_id), STATS_TOPIC, None, "", me, id=new_request_id())
+    msg.correlation_id = msg.id  # unguessable, as every request's
+    node._dispatch.stamp(msg, None)
+    reply = await node._dispatch.node_request(msg, timeout)
+    if reply.status != "ok":
+        raise reply_error(reply)
+    if not isinstance(reply.payload, dict):
+        raise ZmeshError(f"node {node_id!r} answered {STATS_TOPIC!r} with {type(reply.payload).__name__}")
+    return reply.payload

@@ -1,0 +1,1 @@
+"""The command-line tools (internal), built on the public API: cli, top, demo."""

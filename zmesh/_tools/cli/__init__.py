@@ -1,0 +1,1 @@
+"""The ``zmesh`` command line (internal)."""

@@ -1,0 +1,1 @@
+"""``zmesh demo`` (internal)."""

@@ -1,0 +1,1 @@
+"""``zmesh top``, a live view of a mesh (internal)."""

@@ -1,0 +1,1 @@
+"""Tracing (internal): the OpenTelemetry dispatch, imported only when enabled."""

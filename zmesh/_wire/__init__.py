@@ -1,0 +1,1 @@
+"""The wire format (internal): frames, the msgpack codec, names."""

@@ -1,0 +1,214 @@
+"""The agent of :mod:`zmesh.sync` (see there): a blocking twin of :class:`zmesh.Agent`."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+from types import FunctionType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, cast
+
+from .._runtime.handlers import THREAD
+from ..agent import Agent as _AsyncAgent
+from ..agent import Handler, HandoffHandler, HandoffResult
+from ..message import Message
+from ..topics import check_pattern
+
+if TYPE_CHECKING:
+    from . import Node
+
+__all__ = ["Agent", "InPool", "copy_docs"]
+
+T = TypeVar("T")
+H = TypeVar("H", bound=Callable[..., Any])
+
+
+class InPool:
+    """A plain handler as the coroutine function the async node runs: it calls
+    the handler in the sync node's pool, in the caller's context (the trace
+    id), as the async node does in its own pool."""
+
+    def __init__(self, handler: Callable[..., Any], pool: concurrent.futures.Executor) -> None:
+        self.handler = handler
+        self._pool = pool
+
+    async def __call__(self, arg: Any) -> Any:
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self._pool, context.run, self.handler, arg)
+
+    def __repr__(self) -> str:
+        return f"<zmesh.sync handler {self.handler!r}>"
+
+
+def copy_docs(sync_cls: type, async_cls: type) -> None:
+    """Give each method and property of ``sync_cls`` without a docstring its
+    async namesake's, so that help() documents it."""
+    for name, member in vars(sync_cls).items():
+        twin = vars(async_cls).get(name)
+        if isinstance(member, (property, FunctionType)) and not member.__doc__ and twin is not None:
+            member.__doc__ = twin.__doc__
+
+
+def _unwrapped(handler: T) -> T:
+    return cast(T, handler.handler) if isinstance(handler, InPool) else handler
+
+
+class Agent:
+    """Blocking twin of :class:`zmesh.Agent`; make one with ``node.agent(...)``.
+
+    ``inline=True`` (``on``, ``add_handler``, ``subscribe``) calls a plain
+    handler on the node's event loop thread, the cheapest path: for a quick
+    handler that never blocks and makes no waiting sync call (see
+    :class:`Node`). Without it a plain handler runs in a worker thread.
+    """
+
+    def __init__(self, node: Node, agent: _AsyncAgent) -> None:
+        self.node = node
+        self._agent = agent
+        self.id = agent.id
+
+    def __repr__(self) -> str:
+        return f"<zmesh.sync.Agent {self.id!r} on {self.node.id!r}>"
+
+    @property
+    def async_agent(self) -> _AsyncAgent:
+        """The underlying asyncio agent (use only from the node's loop)."""
+        return self._agent
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        return self._agent.capabilities
+
+    @capabilities.setter
+    def capabilities(self, capabilities: Iterable[str]) -> None:
+        self.node._loop.run(setattr, self._agent, "capabilities", tuple(capabilities))
+
+    # -- handlers --------------------------------------------------------
+
+    def on(self, topic: str, *, inline: bool = False) -> Callable[[H], H]:
+        check_pattern(topic)
+
+        def register(fn: H) -> H:
+            self.add_handler(topic, fn, inline=inline)
+            return fn
+
+        return register
+
+    def add_handler(self, topic: str, handler: Handler, *, inline: bool = False) -> None:
+        self.node._loop.run(self._agent.add_handler, topic, self.node._wrap_handler(self._agent.id, handler, inline), inline=inline)
+
+    def remove_handler(self, topic: str) -> None:
+        self.node._loop.run(self._agent.remove_handler, topic)
+
+    def handler_for(self, topic: str) -> Handler | None:
+        return _unwrapped(self.node._loop.run(self._agent.handler_for, topic))
+
+    def on_handoff(self, fn: H) -> H:
+        self.node._loop.run(self._agent.on_handoff, self.node._wrap_handler(self._agent.id, fn))
+        return fn
+
+    @property
+    def handoff_handler(self) -> HandoffHandler | None:
+        return _unwrapped(self._agent.handoff_handler)
+
+    @property
+    def handoff_mode(self) -> str:
+        return THREAD if isinstance(self._agent.handoff_handler, InPool) else self._agent.handoff_mode
+
+    # -- messages --------------------------------------------------------
+
+    def send(
+        self,
+        target: str,
+        topic: str,
+        payload: Any = None,
+        *,
+        qos: int = 0,
+        priority: int = 3,
+        ttl: float | None = None,
+        type: str = "notify",
+        trace_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Message:
+        return self.node._wait(self._agent.send(
+            target, topic, payload, qos=qos, priority=priority, ttl=ttl, type=type, trace_id=trace_id,
+            timeout=timeout,
+        ))
+
+    def request(
+        self,
+        target: str,
+        topic: str,
+        payload: Any = None,
+        *,
+        timeout: float = 30.0,
+        qos: int = 0,
+        priority: int = 3,
+        ttl: float | None = None,
+        type: str = "query",
+        trace_id: str | None = None,
+    ) -> Message:
+        return self.node._wait(self._agent.request(
+            target, topic, payload, timeout=timeout, qos=qos, priority=priority, ttl=ttl, type=type,
+            trace_id=trace_id,
+        ))
+
+    def delegate(self, target: str, request: Message, *, timeout: float = 30.0, topic: str | None = None) -> Message:
+        return self.node._wait(self._agent.delegate(target, request, timeout=timeout, topic=topic))
+
+    def reply(self, request: Message, payload: Any = None) -> None:
+        self.node._wait(self._agent.reply(request, payload))
+
+    # -- handoff ---------------------------------------------------------
+
+    @property
+    def tasks(self) -> frozenset[str]:
+        return self.node._loop.run(lambda: self._agent.tasks)
+
+    def claim(self, task_id: str) -> None:
+        self.node._loop.run(self._agent.claim, task_id)
+
+    def complete(self, task_id: str) -> bool:
+        return self.node._loop.run(self._agent.complete, task_id)
+
+    def handoff(
+        self,
+        target: str,
+        task_id: str,
+        context: Any = None,
+        *,
+        artifacts: Iterable[str] = (),
+        timeout: float = 30.0,
+    ) -> HandoffResult:
+        return self.node._wait(self._agent.handoff(target, task_id, context, artifacts=artifacts, timeout=timeout))
+
+    # -- pub/sub ---------------------------------------------------------
+
+    def subscribe(self, pattern: str, handler: Handler | None = None, *, inline: bool = False) -> None:
+        wrapped = self.node._wrap_handler(self._agent.id, handler, inline) if handler is not None else None
+        self.node._wait(self._agent.subscribe(pattern, wrapped, inline=inline))
+
+    def unsubscribe(self, pattern: str) -> None:
+        self.node._wait(self._agent.unsubscribe(pattern))
+
+    @property
+    def subscriptions(self) -> frozenset[str]:
+        return self.node._loop.run(lambda: self._agent.subscriptions)
+
+    def broadcast(
+        self,
+        topic: str,
+        payload: Any = None,
+        *,
+        priority: int = 3,
+        ttl: float | None = None,
+        trace_id: str | None = None,
+    ) -> int:
+        return self.node._wait(self._agent.broadcast(topic, payload, priority=priority, ttl=ttl, trace_id=trace_id))
+
+    def close(self) -> None:
+        self.node._wait(self._agent.close())
+
+
+Agent.__module__ = "zmesh.sync"  # where users import it from, and what its repr should say
+copy_docs(Agent, _AsyncAgent)
