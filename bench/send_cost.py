@@ -67,7 +67,8 @@ async def sender_only(n: int) -> float:
         async with zmesh.Node("send-cost", name="src", seeds=[b.endpoint], **options) as a:  # type: ignore[arg-type]
             src = a.agent("src")
             await a.wait_for_agents("sink", timeout=10)
-            flow = getattr(a._engine, "flow", None)
+            engine = a._mesh.engine if hasattr(a, "_mesh") else a._engine  # before the runtime seam: _engine
+            flow = getattr(engine, "flow", None)
             if flow is not None:
                 flow.window = 1 << 40  # never closes: no credit comes back
             link = _link_class()

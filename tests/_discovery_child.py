@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from zmesh.discovery.mdns import MdnsDiscovery, PeerAdvert
-from zmesh.discovery.interfaces import resolve_interfaces
+from zmesh.interfaces import resolve_interfaces
 
 
 def emit(**fields: Any) -> None:

@@ -70,7 +70,7 @@ def snapshot(node: zmesh.Node, why: str) -> None:
     }
     # The endpoint actually dialled for each peer (private, best effort).
     dialled = {nid: node.peer_endpoint(nid) or "" for nid in node.peers}
-    discovery = getattr(node._driver, "discovery", None)
+    discovery = getattr(node._mesh, "discovery", None)
     emit(
         event="registry",
         why=why,

@@ -133,8 +133,8 @@ async def test_keyed_nodes_talk_and_every_frame_carries_its_key(keys: Keys) -> N
         assert await b.agent("d").broadcast("news.x", "hello") == 1
         await wait_for(lambda: got == ["hello"], 5, "the broadcast")
         # the plumbing for identities: the engine knows each peer's authenticated key
-        assert a._engine.members.peers[b.id].public_key == keys.public(b_key)
-        assert b._engine.members.peers[a.id].public_key == keys.public(a_key)
+        assert a._mesh.engine.members.peers[b.id].public_key == keys.public(b_key)
+        assert b._mesh.engine.members.peers[a.id].public_key == keys.public(a_key)
         assert a.stats()["dropped_total"] == 0 and b.stats()["dropped_total"] == 0
 
 
@@ -305,7 +305,7 @@ async def test_keyed_nodes_in_two_processes(keys: Keys) -> None:
                 await asyncio.sleep(0.02)
             else:
                 raise AssertionError("W never received the broadcast")
-            peer = node._engine.members.peers[node.peers[0]]
+            peer = node._mesh.engine.members.peers[node.peers[0]]
             assert peer.public_key == keys.public(worker_key)
         finally:
             proc.terminate()
@@ -348,8 +348,8 @@ async def test_keyed_nodes_find_each_other_by_mdns_and_ignore_keyless_ones(keys:
         keyless.agent("plain")
         await a.wait_for_agents("echo", timeout=10)  # no seeds: the TXT record's ck= gave b's key
         assert (await a.agent("c").request("echo", "x", 4, timeout=5)).payload == 4
-        assert a._driver.discovery is not None
-        await wait_for(lambda: a._driver.discovery.stats["peers_seen"] >= 2, 10, "a to hear both adverts")  # type: ignore[union-attr]
+        assert a._mesh.discovery is not None
+        await wait_for(lambda: a._mesh.discovery.stats["peers_seen"] >= 2, 10, "a to hear both adverts")  # type: ignore[union-attr]
         assert a.peers == [b.id] and keyless.peers == []
         assert a.registry.node_of("plain") is None
         assert "untrusted_peer" not in a.stats()["dropped"]  # the keyless advert was never dialled

@@ -31,7 +31,7 @@ from tests.helpers import wait_for as until
 from zmesh.discovery import sockets as _mdns_sockets
 from zmesh.discovery.sockets import IP_MULTICAST_ALL, confine_to_scope, zeroconf_sockets
 from zmesh.discovery.mdns import MdnsDiscovery, PeerAdvert, _keep_own_questions, instance_label
-from zmesh.discovery.interfaces import InterfaceScope, resolve_interfaces
+from zmesh.interfaces import InterfaceScope, resolve_interfaces
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -12,7 +12,7 @@ import socket
 import pytest
 
 import zmesh
-from zmesh._runtime import dispatch as _dispatch
+from zmesh._runtime import frame_mesh
 
 from .helpers import Mesh, wait_for
 
@@ -67,7 +67,7 @@ async def test_while_a_seed_is_down_a_request_to_an_unknown_agent_fails_at_its_o
 async def test_past_the_learning_window_an_unknown_agent_fails_at_once(
     transport: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_dispatch, "LEARN_WINDOW", 0.0)  # the peer below joined "long ago"
+    monkeypatch.setattr(frame_mesh, "LEARN_WINDOW", 0.0)  # the peer below joined "long ago"
     async with Mesh(transport) as m:
         n1, n2 = await m.node(), await m.node()
         a = n1.agent("a")

@@ -168,10 +168,10 @@ async def test_a_newer_incarnation_does_not_take_over_a_live_node() -> None:
     async with Mesh("zmq", liveness=FAST) as m:
         alice, bob, _, a = await _trio(m)
         baseline = await _rtt(a, "bob")
-        real = alice._engine.members.peers["bob"].incarnation
+        real = alice._mesh.engine.members.peers["bob"].incarnation
 
         def bob_is_real() -> bool:
-            peer = alice._engine.members.peers.get("bob")
+            peer = alice._mesh.engine.members.peers.get("bob")
             return peer is not None and peer.incarnation == real
 
         async with Attacker(**_settings(alice, name="bob", inc="f" * 22, agents=["bob"], answer="intruder",
@@ -180,7 +180,7 @@ async def test_a_newer_incarnation_does_not_take_over_a_live_node() -> None:
             for claims in (10, 40):
                 await wait_for(lambda: _dropped(alice, "claimed_node") >= claims or not bob_is_real(), 20,
                                "the claims to be refused")
-                assert bob_is_real(), alice._engine.members.peers.get("bob")
+                assert bob_is_real(), alice._mesh.engine.members.peers.get("bob")
                 assert alice.registry.node_of("bob") == "bob"
                 await _still_fast(a, "bob", baseline)
             assert not [e for e in bad.events if e["event"] == "answered"]
@@ -243,8 +243,8 @@ async def test_a_reply_from_another_node_is_dropped() -> None:
             await bad.expect("joined")
             await alice.wait_for_agents("m", timeout=10)
             pending = asyncio.ensure_future(a.request("bob", "slow", timeout=20))
-            await wait_for(lambda: len(alice._engine.requests) == 1, 5, "the request")
-            (_, corr), = alice._engine.requests.keys()
+            await wait_for(lambda: len(alice._mesh.engine.requests) == 1, 5, "the request")
+            (_, corr), = alice._mesh.engine.requests.keys()
             # Even knowing the correlation id, a joined node that is not bob cannot answer.
             bad.send(cmd="replies", target="a", corr=[corr], count=50)
             await bad.expect("sent", cmd="replies")
@@ -316,7 +316,7 @@ async def test_a_hello_full_of_made_up_peers_opens_a_bounded_number_of_sockets()
             await wait_for(lambda: _dropped(alice, "too_many_joining") > 0, 10, "ghosts beyond the bound")
             # Links (a DEALER and its monitor each) to nodes nobody vouched for are bounded.
             links = MAX_KNOCKING + MAX_CONNECTING + 1  # and mallory's
-            assert len(alice._driver._links) <= links
+            assert len(alice._mesh._links) <= links
             assert zmq_transport.open_sockets() - before <= 2 * links, zmq_transport.open_sockets()
             # A real node still joins, at once. (Its sockets are bounded the same way:
             # alice's HELLO lists the nodes still connecting, ghosts included.)
@@ -324,7 +324,7 @@ async def test_a_hello_full_of_made_up_peers_opens_a_bounded_number_of_sockets()
             _hosting(late, "late")
             await alice.wait_for_agents("late", timeout=10)
             assert (await a.request("late", "whoami", timeout=5)).payload == "late"
-            assert len(alice._driver._links) <= links + 1 and len(late._driver._links) <= links + 1
+            assert len(alice._mesh._links) <= links + 1 and len(late._mesh._links) <= links + 1
             assert zmq_transport.open_sockets() - before <= 4 * (links + 1) + 3
 
 

@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from zmesh.discovery.interfaces import (
+from zmesh.interfaces import (
     HostInterface,
     InterfaceScope,
     list_host_interfaces,

@@ -267,7 +267,7 @@ async def test_a_qos1_stream_survives_a_sigkilled_receiver_and_its_replacement(
         assert len(seen) - total <= total // 3
         stats = node.stats()
         print(f"qos1 stream: {len(seen) - total} handled twice, {refused} sends refused, "
-              f"{stats['retransmits']} retransmits", dict(node._engine.transitions))
+              f"{stats['retransmits']} retransmits", dict(node._mesh.engine.transitions))
 
 
 _FORKED_WORKER = """

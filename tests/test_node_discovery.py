@@ -31,7 +31,7 @@ async def test_discovery_can_be_turned_off() -> None:
     mesh = f"mdns-off-{os.getpid()}-{time.monotonic_ns() % 10**6}"
     async with zmesh.Node(mesh, discovery=False) as n1, zmesh.Node(mesh) as n2:
         n2.agent("b")
-        assert n1._driver.discovery is None
+        assert n1._mesh.discovery is None
         with pytest.raises(zmesh.Timeout):
             await n1.wait_for_agents("b", timeout=1.0)
         # a seed still works where discovery is off
@@ -51,4 +51,4 @@ async def test_a_seed_spelled_localhost_is_recognised_once_answered() -> None:
         port = n1.endpoint.rsplit(":", 1)[1]
         async with zmesh.Node(mesh, discovery=False, seeds=[f"tcp://localhost:{port}"]) as n2:
             await n2.wait_until(lambda: n2.peers == [n1.id], 5, "join")
-            assert n2._engine.members.knocks == {}  # the seed became the peer's link; no HELLOs retried
+            assert n2._mesh.engine.members.knocks == {}  # the seed became the peer's link; no HELLOs retried

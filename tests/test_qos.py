@@ -104,7 +104,7 @@ async def test_a_lost_acknowledgement_means_one_retransmission_and_no_second_han
         handler = Recorder()
         b.add_handler("t", handler)
         await m.converged()
-        lost = n2._engine.reliable
+        lost = n2._mesh.engine.reliable
         real_flush = lost.flush_acks
         lost.flush_acks = lambda: lost.acks.clear()  # type: ignore[method-assign]
         await a.send("b", "t", "x", qos=1)
@@ -135,8 +135,8 @@ async def test_a_qos1_request_repeated_gets_the_remembered_reply_without_running
         msg.correlation_id = msg.id
         reply = await n1._dispatch.request(msg, 5, "request")
         assert reply.payload == 1
-        n1._engine.send(msg)  # the very same request again, as a retransmission carries it
-        n1._driver.pump()
+        n1._mesh.engine.send(msg)  # the very same request again, as a retransmission carries it
+        n1._mesh.pump()
         await wait_for(lambda: n1.stats()["late_replies"] == 1, what="the remembered reply")
         assert calls == ["p"]
         assert n2.stats()["duplicates"] == 1
@@ -220,8 +220,8 @@ async def test_qos2_repeats_are_recognised_after_the_receiver_restarts(tmp_path:
         n3.agent("b").add_handler("t", second)
         await m.converged()
         for repeat in (msg, one):  # as a sender that missed the acknowledgements would
-            n1._engine.send(repeat, None, n1.clock.monotonic())
-        n1._driver.pump()
+            n1._mesh.engine.send(repeat, None, n1.clock.monotonic())
+        n1._mesh.pump()
         assert await n1.wait_acked(timeout=5)
         assert first.seen == ["once", "qos1"]
         assert second.seen == ["qos1"]  # qos 1 ids are kept in memory only; qos 2 ids on disk
@@ -237,8 +237,8 @@ async def test_a_repeat_of_a_message_still_being_handled_is_dropped() -> None:
         await m.converged()
         msg = await a.send("b", "t", "x", qos=1)
         await wait_for(lambda: handler.seen == ["x"])
-        n1._engine.send(msg, None, n1.clock.monotonic())
-        n1._driver.pump()
+        n1._mesh.engine.send(msg, None, n1.clock.monotonic())
+        n1._mesh.pump()
         await wait_for(lambda: n2.stats()["duplicates"] == 1)
         handler.opened.set()
         assert await n1.wait_acked(timeout=5)
@@ -255,7 +255,7 @@ async def test_the_dedup_window_is_bounded(monkeypatch: pytest.MonkeyPatch) -> N
         for i in range(300):
             await a.send("b", "t", i, qos=1)
         assert await n1.wait_acked(timeout=10)
-        assert len(n2._engine.reliable.seen) <= 100
+        assert len(n2._mesh.engine.reliable.seen) <= 100
 
 
 # -- handoff on QoS 1 -----------------------------------------------------------
@@ -441,7 +441,7 @@ async def test_settled_messages_are_not_kept_for_their_resend_time() -> None:
         for i in range(5000):
             await a.send("b", "t", i, qos=1)
         assert await n1.wait_acked(timeout=10)
-        assert len(n1._engine.reliable._heap) <= 1025 + 4 * n1.stats()["unacked"]
+        assert len(n1._mesh.engine.reliable._heap) <= 1025 + 4 * n1.stats()["unacked"]
 
 
 async def test_a_qos1_ttl_counts_from_the_send_not_from_the_clocks_origin() -> None:

@@ -56,4 +56,4 @@ async def test_each_link_has_its_own_routing_id() -> None:
         to_c = a.transport.routing_id(c.endpoint)  # type: ignore[attr-defined]
         assert to_b != to_c and to_b.startswith(f"{a.key}|".encode()) and to_c.startswith(f"{a.key}|".encode())
         # b cannot use what it saw of a's id at c: that is a different id, and c binds a's key to its own
-        assert c._engine.members.peers[a.id].key == a.key
+        assert c._mesh.engine.members.peers[a.id].key == a.key

@@ -16,7 +16,7 @@ import zmq.auth
 import zmesh
 from zmesh import security
 from zmesh.discovery.mdns import PeerAdvert
-from zmesh.discovery.interfaces import InterfaceScope
+from zmesh.interfaces import InterfaceScope
 from zmesh.security import TrustedKeys, keygen, lan_refusal, load_key, resolve_security
 from zmesh.transport.zmq._senders import Senders
 from zmesh.transport.zmq._link import link_tag
@@ -128,7 +128,7 @@ def test_secure_by_default_beyond_loopback(local: bool, keyed: bool, insecure: b
 
 async def test_a_lan_node_without_keys_refuses_to_start_before_binding(monkeypatch: pytest.MonkeyPatch) -> None:
     lan = InterfaceScope(("10.231.9.11",), (), is_local=False, mode="lan")
-    monkeypatch.setattr("zmesh.discovery.interfaces.resolve_interfaces", lambda spec: lan)
+    monkeypatch.setattr("zmesh.interfaces.resolve_interfaces", lambda spec: lan)
     node = zmesh.Node("m", interfaces="lan", discovery=False)
     with pytest.raises(zmesh.SecurityError, match="zmesh keygen"):
         await node.start()

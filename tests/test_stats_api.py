@@ -126,7 +126,7 @@ async def test_peer_stats_of_a_silent_node_times_out() -> None:
     async with Mesh("inproc") as m:
         n1, n2 = await m.node(), await m.node()
         await wait_for(lambda: n1.peers == [n2.id])
-        n2._driver.node_message = lambda msg, origin: None  # answers nothing
+        n2._dispatch.node_message = lambda msg, origin: None  # type: ignore[method-assign]  # answers nothing
         started = time.monotonic()
         with pytest.raises(zmesh.Timeout):
             await n1.peer_stats(n2.id, timeout=0.2)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, TypeVar, Union
 
 from ._runtime.handlers import handler_mode
+from ._runtime.handoff import HANDOFF_TOPIC, Handoff
 from ._runtime.routes import Routes
 from ._wire.names import check_capabilities
 from .clock import Clock
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Agent", "AgentHost", "Handoff", "HandoffResult", "Handler", "HandoffHandler", "HANDOFF_TOPIC"]
 
-HANDOFF_TOPIC = "zmesh.handoff"
 #: How much longer than its offer's ttl an offerer waits for the answer (seconds).
 HANDOFF_GRACE = 2.0
 
@@ -29,17 +29,6 @@ H = TypeVar("H", bound=Callable[..., Any])
 
 _OWN_ID = "\x00own-id"  # sentinel: correlate by the message's own id
 _SENDABLE_TYPES = frozenset(t for t in MESSAGE_TYPES if t != "result")
-
-
-@dataclass(frozen=True, slots=True)
-class Handoff:
-    """A task offered to this agent: accept by returning True from on_handoff."""
-
-    task_id: str
-    sender: str
-    context: Any
-    artifacts: tuple[str, ...]
-    message: Message
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +81,14 @@ class AgentHost(Protocol):
 class Agent:
     """An agent hosted by a node. Create with ``node.agent("id")``."""
 
-    def __init__(self, node: Node, host: AgentHost, agent_id: str, capabilities: tuple[str, ...]) -> None:
+    def __init__(
+        self, node: Node, host: AgentHost, agent_id: str, capabilities: tuple[str, ...], routes: Routes
+    ) -> None:
         self.node = node
         self._host = host
         self.id = agent_id
         self._capabilities = capabilities
-        self._routes = routes = Routes()  # its on() handlers and its subscriptions
+        self._routes = routes  # its on() handlers and its subscriptions (the node's delivery reads them too)
         #: The ``on()`` handler that takes a topic and where it runs ("async", "thread" or "inline").
         self.handler_entry: Callable[[str], tuple[Handler, str] | None] = routes.handler_entry
         self._handoff_handler: HandoffHandler | None = None

@@ -19,14 +19,16 @@ import time
 from types import TracebackType
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
-from ._engine import Engine, EngineConfig
+from ._engine import EngineConfig
 from ._engine.identity import parse_policy
 from ._runtime.context import current_trace_id, trace_context
-from ._runtime.driver import Driver
+from ._runtime.dispatch import AgentPort, Dispatch, RuntimeConfig
+from ._runtime.frame_mesh import FrameMesh
 from ._runtime.inbox import DEFAULT_CONCURRENCY, DEFAULT_INBOX, DEFAULT_INBOX_BYTES
 from ._runtime.loop_watch import DEFAULT_BLOCK_WARNING, unwatch_loop, watch_loop
 from ._runtime.run import track, untrack
 from ._runtime.stats import answer, ask, node_stats
+from ._runtime.routes import Routes
 from ._runtime.watch import Watch
 from ._tracing.dispatch import make_dispatch
 from ._wire.names import check_agent_id, check_capabilities, check_name
@@ -199,40 +201,38 @@ class Node:
                 f"transport {self.transport.name!r} routes whole messages (level {caps.level!r}); "
                 "this version of zmesh drives frame-level transports only"
             )
-        self._engine = Engine(
-            EngineConfig(
-                mesh=mesh,
-                node_id=self.id,
-                incarnation=self.incarnation,
-                max_payload=max_payload,
-                liveness=self.liveness_config if caps.peers_can_vanish else None,
-                choose=self.transport.choose,
-                wall_clock=self.clock.time,
-                store=store,
-                encoder=encoder,
-                decoder=decoder,
-                public_key=self._security.key.public if self._security.key is not None else None,
-                key_of_name=self._security.trusted.key_of_name if self._security.trusted is not None
-                else _no_names,
-                policy=rules,
-            )
+        engine_config = EngineConfig(
+            mesh=mesh,
+            node_id=self.id,
+            incarnation=self.incarnation,
+            max_payload=max_payload,
+            liveness=self.liveness_config if caps.peers_can_vanish else None,
+            choose=self.transport.choose,
+            wall_clock=self.clock.time,
+            store=store,
+            encoder=encoder,
+            decoder=decoder,
+            public_key=self._security.key.public if self._security.key is not None else None,
+            key_of_name=self._security.trusted.key_of_name if self._security.trusted is not None
+            else _no_names,
+            policy=rules,
         )
-        self.max_frame = self._engine.max_frame
-        self.registry: Registry = self._engine.registry
-        self._watch = Watch(self.id)
-        self._driver = Driver(self._engine, self.transport, self.clock, self._watch)
-        self._dispatch = make_dispatch(tracing, self, self._engine, self._driver, dead_letter_capacity, workers)
-        self._driver.dispatch = self._dispatch
-        self._driver.node_message = lambda msg, origin: answer(self, msg, origin)
-        self.dead_letters: DeadLetters = self._dispatch.dead_letters
-        self._seed_endpoints = [seeds] if isinstance(seeds, str) else list(seeds)
-        for endpoint in self._seed_endpoints:
-            self.transport.check_endpoint(endpoint)  # a typo fails here, not silently later
+        runtime = RuntimeConfig(self.id, mesh, self.clock, settle_timeout, dead_letter_capacity, workers)
         self._agents: dict[str, Agent] = {}
+        self._watch = Watch(self.id)
+        self._mesh: FrameMesh[Dispatch] = FrameMesh(
+            engine_config, self.transport, self.clock, self._watch, seeds,
+            lambda mesh: make_dispatch(tracing, runtime, mesh, self._agents, self._watch, self.stats),
+        )
+        self._dispatch = self._mesh.sink
+        self._agent_port = AgentPort(self._dispatch, self._agent_changed, self._remove_agent,
+                                     lambda: self._closed, self.settled)
+        self.registry: Registry = self._mesh.registry
+        self.max_frame = self._mesh.max_frame
+        self.dead_letters: DeadLetters = self._dispatch.dead_letters
         self._started = False
         self._closed = False
         self._started_at: float | None = None
-        self._seeds_pending = bool(self._seed_endpoints)  # until start() knocks on them
 
     # -- lifecycle -------------------------------------------------------
 
@@ -259,33 +259,15 @@ class Node:
         self._started = True
         self._started_at = self.clock.monotonic()
         try:
-            await self.transport.start(self._driver, self.key, self.mesh, loop)
+            await self._mesh.start(loop)
         except ZmeshError:
             self._closed = True
             raise
-        self._engine.start(self.transport.router_endpoints, self.transport.pub_endpoints, self.clock.monotonic())
-        self._driver.start(loop)
         if self.block_warning is not None:
             watch_loop(self, self.block_warning)
-        track(self)  # zmesh.run closes it on SIGTERM/SIGINT
-        # Join one iteration later: agents registered right after start() then
-        # travel in the first HELLO, so a restarted node is seen as one change.
-        loop.call_soon(self._connect_seeds)
-        await self._start_discovery()
-        self._driver.pump()
-
-    async def _start_discovery(self) -> None:
-        if self.transport.capabilities.discovery != "mdns" or self.discovery_enabled is False:
-            return
-        from ._runtime.discovery_glue import start_mdns
-
-        self._driver.discovery = await start_mdns(self, self.transport, self._driver.on_discovered)
-
-    def _connect_seeds(self) -> None:
-        self._seeds_pending = False
-        if not self._closed:
-            for endpoint in self._seed_endpoints:
-                self.connect(endpoint)
+        track(self, loop)  # zmesh.run closes it on SIGTERM/SIGINT
+        await self._mesh.discover(self.discovery_enabled)
+        self._mesh.pump()
 
     async def close(self) -> None:
         """Say goodbye to every peer, fail what is pending, release sockets.
@@ -295,24 +277,13 @@ class Node:
         if self._closed:
             return
         self._closed = True
+        self._dispatch.close()
         untrack(self)
         unwatch_loop(self)
-        driver = self._driver
-        driver.stop()
-        if driver.discovery is not None:
-            await driver.discovery.close()
-        self._engine.close(self.clock.monotonic())
-        driver.pump()
+        await self._mesh.leave()
         self._dispatch.wake_all()
         await self._dispatch.tasks.cancel_all()
-        for task in list(driver.tasks):
-            task.cancel()
-        if driver.tasks:
-            await asyncio.gather(*driver.tasks, return_exceptions=True)
-        self._watch.wake()
-        driver.close_links()
-        if self._started:
-            await self.transport.close()
+        await self._mesh.close(self._started)
         self._watch.end()
 
     @property
@@ -331,7 +302,7 @@ class Node:
     @property
     def peers(self) -> list[str]:
         """Ids of the peers that have fully joined."""
-        return self._engine.peers
+        return self._mesh.peers
 
     @property
     def joining(self) -> bool:
@@ -341,9 +312,7 @@ class Node:
         A seed that is down keeps this True while it is knocked on (and is
         logged as a warning after a few knocks); a lost peer knocked on again
         in case it comes back does not."""
-        if not self._started or self._closed:
-            return False
-        return self._seeds_pending or self._engine.joining
+        return not self._closed and self._mesh.joining
 
     @property
     def uptime(self) -> float:
@@ -378,19 +347,11 @@ class Node:
 
     def _trust_changed(self, admitted: frozenset[str], revoked: frozenset[str]) -> None:
         if not self._closed and (admitted or revoked):
-            now = self.clock.monotonic()
-            for public_key in revoked if self._started else ():
-                self._engine.revoke(public_key, now)  # says BYE while the link is still open
-            self._driver.pump()
-            self.transport.trust_changed(admitted, revoked)
-            for public_key in admitted if self._started else ():
-                self._engine.readmit(public_key, now)
-            self._driver.pump()
+            self._mesh.trust_changed(admitted, revoked, self._started)
 
     def peer_endpoint(self, node_id: str) -> str | None:
         """The router endpoint this node dials for peer ``node_id`` (None: not a peer)."""
-        peer = self._engine.members.peers.get(node_id)
-        return peer.router if peer is not None else None
+        return self._mesh.peer_endpoint(node_id)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("started" if self._started else "new")
@@ -402,11 +363,7 @@ class Node:
         Raises TransportError at once for an endpoint that cannot be one.
         """
         self._check_open()
-        self.transport.check_endpoint(endpoint)
-        # Peers advertise addresses; spelled that way, the seed is recognised
-        # as answered when its node's HELLO lists the same endpoint.
-        self._engine.connect(endpoint.replace("://localhost:", "://127.0.0.1:"), self.clock.monotonic())
-        self._driver.pump()
+        self._mesh.connect(endpoint)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -446,9 +403,10 @@ class Node:
         other = self.registry.node_of(agent_id)
         if other is not None:
             raise AgentExists(f"agent {agent_id!r} is already registered on node {other!r}")
-        agent = Agent(self, self._dispatch.port, agent_id, caps)
+        routes = Routes()
+        agent = Agent(self, self._agent_port, agent_id, caps, routes)
         self._agents[agent_id] = agent
-        self._dispatch.delivery.add_agent(agent_id, concurrency, inbox_size, inbox_bytes)
+        self._dispatch.delivery.add_agent(agent_id, routes, concurrency, inbox_size, inbox_bytes)
         self._agent_changed(agent)
         return agent
 
@@ -459,14 +417,12 @@ class Node:
 
     def _agent_changed(self, agent: Agent) -> None:
         if self._agents.get(agent.id) is agent:
-            self._engine.set_agent(agent.id, agent.capabilities, frozenset(agent.subscriptions))
-            self._driver.pump()
+            self._mesh.set_agent(agent.id, agent.capabilities, frozenset(agent.subscriptions))
 
     def _remove_agent(self, agent_id: str) -> None:
         if self._agents.pop(agent_id, None) is not None:
             self._dispatch.delivery.remove_agent(agent_id)
-            self._engine.remove_agent(agent_id)
-            self._driver.pump()
+            self._mesh.remove_agent(agent_id)
 
     # -- observation -----------------------------------------------------
 
@@ -481,13 +437,20 @@ class Node:
     def stats(self) -> dict[str, Any]:
         """Counters: traffic, drops by reason, pending requests, peers, dead
         letters, and each hosted agent's in ``"by_agent"`` (see the guide)."""
-        return node_stats(self)
+        dispatch = self._dispatch
+        out = node_stats(self._mesh, self._watch, dispatch.stats, dispatch.delivery.inboxes, dispatch.tasks)
+        out["dead_letters"] = self.dead_letters.total
+        out["node_id"] = self.id
+        out["incarnation"] = self.incarnation
+        out["uptime"] = self.uptime
+        return out
 
     async def peer_stats(self, node_id: str, timeout: float = 5.0) -> dict[str, Any]:
         """Node ``node_id``'s :meth:`stats`, asked over the mesh (this node's own
         id asks itself the same way). PeerLost if it is not a peer, Timeout
         if it does not answer in ``timeout`` s; the round trip is an RTT."""
-        return await ask(self, node_id, timeout)
+        self._check_open()
+        return await ask(self._dispatch, self.id, node_id, timeout)
 
     # -- waiting ---------------------------------------------------------
 
@@ -497,16 +460,14 @@ class Node:
         Returns False if ``timeout`` (default ``settle_timeout``) ran out first.
         """
         return await self._watch.settled(
-            lambda: self._closed or self._engine.is_settled(), self.settle_timeout if timeout is None else timeout
+            lambda: self._closed or self._mesh.is_settled(), self.settle_timeout if timeout is None else timeout
         ) and not self._closed
 
     async def wait_acked(self, timeout: float | None = None) -> bool:
         """Wait until every QoS 1/2 message this node sent is acknowledged
         (or dead-lettered); False if ``timeout`` (default: none) ran out first."""
-        engine = self._engine
-        return await self._watch.settled(
-            lambda: self._closed or not engine.reliable.out, timeout
-        ) and not engine.reliable.out
+        mesh = self._mesh
+        return await self._watch.settled(lambda: self._closed or mesh.all_acked(), timeout) and mesh.all_acked()
 
     async def wait_for_agents(self, *agent_ids: str, timeout: float = 10.0) -> None:
         """Wait until every given agent id is in the registry; Timeout otherwise."""

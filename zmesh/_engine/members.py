@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 from .._wire.codec import (
     Ack, Blocked, Bye, Control, Credit, Declined, Handled, Hello, Ping, Pong, Update, encode_control, join_frame,
 )
+from .._wire.endpoints import endpoint_host, is_loopback_endpoint
 from .._wire.names import printable
 from ..errors import FrameError
 from ..registry import NodeRecord
-from ..transport.base import endpoint_host, is_loopback_endpoint
 from . import admission
 from . import timers
 from .config import (

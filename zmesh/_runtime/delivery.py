@@ -16,19 +16,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..agent import HANDOFF_TOPIC, Agent, Handoff
 from ..message import Message
 from ..registry import MeshEvent
 from .context import trace_var
 from .handlers import DEFERRED, INLINE, finish, run_handler
+from .handoff import HANDOFF_TOPIC, Handoff
 from .inbox import Entry, Inbox
+from .port import HostedAgent, MeshPort
 from .remote import error_payload
+from .routes import Routes
+from .watch import Watch
 
 if TYPE_CHECKING:
-    from ..node import Node
-    from .dispatch import Dispatch
+    from .dispatch import Dispatch, RuntimeConfig
 
 __all__ = ["Delivery"]
 
@@ -39,20 +42,26 @@ class Delivery:
     #: May _start end a one-way message's inline handler without _handler_done? (Not when a subclass adds to it.)
     _one_way_inline = True
 
-    def __init__(self, node: Node, dispatch: Dispatch) -> None:
-        self._node = node
+    def __init__(
+        self, config: RuntimeConfig, mesh: MeshPort, agents: Mapping[str, HostedAgent], watch: Watch,
+        dispatch: Dispatch,
+    ) -> None:
+        self._node_id = config.node_id
+        self._clock = config.clock
+        self._mesh = mesh
+        self._agents = agents
+        self._watch = watch
         self._dispatch = dispatch
-        self._engine = dispatch._engine
-        self._driver = dispatch._driver
-        self._clock = node.clock
         self.tasks = dispatch.tasks
         self.stats = dispatch.stats
         self.inboxes: dict[str, Inbox] = {}
+        self._routes: dict[str, Routes] = {}  # each agent's on() handlers and subscriptions
 
     # -- agents ------------------------------------------------------------
 
-    def add_agent(self, agent_id: str, concurrency: int, max_count: int, max_bytes: int) -> None:
+    def add_agent(self, agent_id: str, routes: Routes, concurrency: int, max_count: int, max_bytes: int) -> None:
         self.inboxes[agent_id] = Inbox(concurrency, max_count, max_bytes)
+        self._routes[agent_id] = routes
         self.tasks.add_pool(agent_id, concurrency)
 
     def remove_agent(self, agent_id: str) -> None:
@@ -61,6 +70,7 @@ class Delivery:
         if inbox is None:
             return
         self.tasks.remove_pool(agent_id)
+        self._routes.pop(agent_id, None)
         self.stats["handled"] += inbox.handled  # the node's total keeps what the agent handled
         for entry in inbox.drain():
             self._taken(agent_id, entry)
@@ -70,16 +80,16 @@ class Delivery:
 
     def deliver(self, agent_id: str, msg: Message, broadcast: bool, origin: str, size: int) -> None:
         inbox = self.inboxes.get(agent_id)
-        agent = self._node._agents.get(agent_id)
+        agent = self._agents.get(agent_id)
         if broadcast and agent is not None and inbox is not None:
             # One handler run per matching subscription, each its own inbox entry.
-            for route in agent._routes.broadcast_routes(msg.topic):
+            for route in self._routes[agent_id].broadcast_routes(msg.topic):
                 self._accept(agent, inbox, Entry(msg, True, origin, size, False, route))
             return
         entry = Entry(msg, broadcast, origin, size, not broadcast and msg.correlation_id != "")
         if agent is None or inbox is None:
             self._taken(agent_id, entry)
-            why = f"agent {agent_id!r} left node {self._node.id!r}"
+            why = f"agent {agent_id!r} left node {self._node_id!r}"
             self._undeliverable(entry, "not_found", why, agent_id)
         elif inbox.running < inbox.concurrency and not inbox.heap:  # inbox.may_start(), inline
             self._start(agent, inbox, entry)
@@ -88,7 +98,7 @@ class Delivery:
         else:
             self._overflow(agent_id, inbox, entry)
 
-    def _accept(self, agent: Agent, inbox: Inbox, entry: Entry) -> None:
+    def _accept(self, agent: HostedAgent, inbox: Inbox, entry: Entry) -> None:
         """Start ``entry``'s handler now, or let it wait in the inbox, or drop it
         (what ``deliver`` does inline for a direct message)."""
         if inbox.running < inbox.concurrency and not inbox.heap:  # inbox.may_start(), inline
@@ -102,26 +112,32 @@ class Delivery:
         msg = entry.msg
         inbox.dropped += 1
         if entry.broadcast:
-            self._engine.drop("slow_subscriber", agent_id, f"inbox full, dropped {msg.topic!r}")
+            self._mesh.drop("slow_subscriber", agent_id, f"inbox full, dropped {msg.topic!r}")
             if not inbox.slow:
                 inbox.slow = True
-                self._node._watch.emit(MeshEvent("slow_subscriber", self._node.id, agent_id, msg.topic))
+                self._watch.emit(MeshEvent("slow_subscriber", self._node_id, agent_id, msg.topic))
             return
         self._taken(agent_id, entry)
-        self._engine.drop("inbox_full", agent_id)
-        why = f"agent {agent_id!r} has a full inbox on node {self._node.id!r}"
+        self._mesh.drop("inbox_full", agent_id)
+        why = f"agent {agent_id!r} has a full inbox on node {self._node_id!r}"
         self._undeliverable(entry, "busy", why, agent_id)
+
+    def still_wanted(self, agent_id: str, entry: Entry) -> bool:
+        """Is broadcast ``entry`` still routed to a subscription of the agent
+        (not unsubscribed while it waited)?"""
+        routes = self._routes.get(agent_id)
+        return routes is not None and routes.still_routed(entry.route, entry.msg.topic)
 
     def _taken(self, agent_id: str, entry: Entry) -> None:
         if not entry.broadcast:
-            self._engine.taken(entry.origin, agent_id)
+            self._mesh.taken(entry.origin, agent_id)
 
     # -- handling ----------------------------------------------------------
 
-    def _start(self, agent: Agent, inbox: Inbox, entry: Entry) -> None:
+    def _start(self, agent: HostedAgent, inbox: Inbox, entry: Entry) -> None:
         """Hand one message to its handler (or say why it cannot be)."""
-        if not entry.broadcast and not self._engine.closed:  # self._taken, inline: once per message
-            self._engine.flow.taken(entry.origin, agent.id)
+        if not entry.broadcast:  # self._taken, inline: once per message
+            self._mesh.taken(entry.origin, agent.id)
         msg = entry.msg
         if msg.ttl is not None and msg.expired(self._clock.time()):
             self._settled(entry)  # retrying cannot help now
@@ -131,10 +147,9 @@ class Delivery:
             self._offer_handoff(agent, inbox, entry)
             return
         if entry.broadcast:
-            routes = agent._routes
-            if not routes.still_routed(entry.route, msg.topic):
+            if not self.still_wanted(agent.id, entry):
                 return  # unsubscribed while it waited: not wanted any more
-            found = routes.broadcast_entry(entry.route, msg.topic)
+            found = self._routes[agent.id].broadcast_entry(entry.route, msg.topic)
         else:
             found = agent.handler_entry(msg.topic)
         if found is None:
@@ -156,7 +171,7 @@ class Delivery:
                 except BaseException as exc:  # contained, as run_handler does
                     self._handler_failed(exc, (agent, entry))
                     return
-                if result is None and self._driver.in_drain and not (inbox.heap or inbox.pumping or inbox.slow):
+                if result is None and self._mesh.in_drain and not (inbox.heap or inbox.pumping or inbox.slow):
                     inbox.running -= 1
                     return
                 finish(result, self._handler_done, self._handler_failed, (agent, entry), self.tasks)
@@ -167,7 +182,7 @@ class Delivery:
             trace_var.reset(token)
 
     def _run(self, handler: Callable[..., Any], arg: Any, mode: str, done: Callable[[Any, Any], None],
-             extra: tuple[Agent, Entry]) -> None:
+             extra: tuple[HostedAgent, Entry]) -> None:
         token = trace_var.set(extra[1].msg.trace_id)
         try:
             run_handler(handler, arg, done, self._handler_failed, self.tasks, extra, mode, extra[0].id)
@@ -187,7 +202,7 @@ class Delivery:
             try:
                 while True:
                     entry = inbox.take()
-                    agent = self._node._agents.get(agent_id)
+                    agent = self._agents.get(agent_id)
                     if entry is None or agent is None:
                         break
                     self._start(agent, inbox, entry)
@@ -195,11 +210,11 @@ class Delivery:
                 inbox.pumping = False
         if inbox.slow and len(inbox) <= inbox.max_count // 2:
             inbox.slow = False  # caught up: the next drop is news again
-        driver = self._driver
-        if not driver.in_drain:
-            driver.handler_ended()
+        mesh = self._mesh
+        if not mesh.in_drain:
+            mesh.handler_ended()
 
-    def _handler_done(self, result: Any, extra: tuple[Agent, Entry]) -> None:
+    def _handler_done(self, result: Any, extra: tuple[HostedAgent, Entry]) -> None:
         agent, entry = extra
         msg = entry.msg
         if entry.request:
@@ -213,13 +228,13 @@ class Delivery:
         if inbox is not None and not (inbox.heap or inbox.pumping or inbox.slow):
             # self._release, inline for its common case (nothing waits): once per message
             inbox.running -= 1
-            driver = self._driver
-            if not driver.in_drain:
-                driver.handler_ended()
+            mesh = self._mesh
+            if not mesh.in_drain:
+                mesh.handler_ended()
             return
         self._release(agent.id)
 
-    def _handler_failed(self, exc: BaseException, extra: tuple[Agent, Entry]) -> None:
+    def _handler_failed(self, exc: BaseException, extra: tuple[HostedAgent, Entry]) -> None:
         agent, entry = extra
         msg = entry.msg
         if isinstance(exc, (asyncio.CancelledError, TimeoutError, asyncio.TimeoutError)):
@@ -254,13 +269,13 @@ class Delivery:
         """
         msg = entry.msg
         if msg.qos and not entry.request and not entry.broadcast and reason in ("busy", "not_found"):
-            self._engine.unhandled(entry.origin, msg)
+            self._mesh.unhandled(entry.origin, msg)
             return
         self._dispatch.dead(msg, reason, why, target)
         if entry.request:
             self._dispatch.reply(msg, reason, why)
 
-    def _offer_handoff(self, agent: Agent, inbox: Inbox, entry: Entry) -> None:
+    def _offer_handoff(self, agent: HostedAgent, inbox: Inbox, entry: Entry) -> None:
         msg = entry.msg
         payload = msg.payload
         if (

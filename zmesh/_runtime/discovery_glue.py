@@ -10,7 +10,6 @@ from ..discovery.mdns import MdnsDiscovery, PeerAdvert
 from ..transport.base import endpoint_address
 
 if TYPE_CHECKING:
-    from ..node import Node
     from ..transport.base import Transport
 
 __all__ = ["start_mdns"]
@@ -18,19 +17,21 @@ __all__ = ["start_mdns"]
 log = logging.getLogger("zmesh")
 
 
-async def start_mdns(node: Node, transport: Transport, discovered: Callable[[str], None]) -> MdnsDiscovery:
-    """Advertise ``node`` and tell ``discovered`` the router endpoint of every
-    peer of its mesh that shows up.
+async def start_mdns(
+    mesh: str, node_id: str, incarnation: str, transport: Transport, discovered: Callable[[str], None]
+) -> MdnsDiscovery:
+    """Advertise node ``node_id`` of ``mesh`` and tell ``discovered`` the
+    router endpoint of every peer of its mesh that shows up.
 
     ``transport`` declares ``discovery="mdns"``: its endpoints are TCP ports
-    on the addresses of its ``scope`` (an :class:`zmesh.discovery.interfaces.InterfaceScope`).
+    on the addresses of its ``scope`` (an :class:`zmesh.interfaces.InterfaceScope`).
     """
 
     keyed = transport.public_key is not None
 
     def on_peer(advert: PeerAdvert) -> None:
         if bool(advert.public_key) != keyed:
-            log.debug("zmesh %s: ignored %s on mDNS: %s", node.id, advert.node_id,
+            log.debug("zmesh %s: ignored %s on mDNS: %s", node_id, advert.node_id,
                       "it has no key, we have" if keyed else "it has a key, we have none")
             return
         endpoints = advert.router_endpoints()
@@ -38,9 +39,9 @@ async def start_mdns(node: Node, transport: Transport, discovered: Callable[[str
             discovered(endpoints[0])
 
     discovery = MdnsDiscovery(
-        mesh=node.mesh,
-        node_id=node.id,
-        incarnation=node.incarnation,
+        mesh=mesh,
+        node_id=node_id,
+        incarnation=incarnation,
         version=PROTOCOL_VERSION,
         scope=getattr(transport, "scope"),
         router_port=int(endpoint_address(transport.router_endpoint).rsplit(":", 1)[1]),

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
-from .._engine import Engine
 from ..clock import Clock, SystemClock
 from ..deadletters import DeadLetter, DeadLetters
 from ..errors import (
@@ -30,75 +29,109 @@ from ..observer import Observer, Receipt
 from .context import trace_var
 from .delivery import Delivery
 from .handlers import HandlerTasks
+from .port import HostedAgent, MeshPort, RequestKey
 from .remote import reply_error
+from .stats import answer
+from .watch import Watch
 
-if TYPE_CHECKING:
-    from ..node import Node
-    from .driver import Driver
-
-__all__ = ["Dispatch", "AgentPort"]
+__all__ = ["Dispatch", "AgentPort", "RuntimeConfig"]
 
 log = logging.getLogger("zmesh")
-
-Key = tuple[str, str]
 
 #: ``await send()`` lets the loop run once per this many sends, so a send
 #: loop never starves the node (draining, replies, timers) it runs on.
 YIELD_EVERY = 256
-#: A target no node hosts may be one this node is about to learn of: a send
-#: or request to it waits (within its own timeout) while the node joins, and
-#: for LEARN_WINDOW s after a peer joined, whose agents may be a record update
-#: behind; with mDNS, for the node's first DISCOVERY_WINDOW s (announcing and
-#: hearing answers takes about 1.2 s). Real seconds, whatever the node's clock:
-#: it is how long the network takes, not a protocol timer.
-LEARN_WINDOW = 0.5
-DISCOVERY_WINDOW = 3.0
 #: How often such a wait looks again, at least (real seconds; every mesh event wakes it too).
 KNOWN_RECHECK = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    """What the runtime knows of its node."""
+
+    node_id: str
+    mesh: str
+    clock: Clock
+    #: How long a send without a timeout waits for a target the mesh is still learning of.
+    settle_timeout: float
+    dead_letter_capacity: int
+    #: Threads for plain handlers: None, a pool per agent; N, one pool of N.
+    workers: int | None
 
 
 class AgentPort:
     """The node as its agents see it: an :class:`zmesh.agent.AgentHost`."""
 
-    def __init__(self, node: Node, dispatch: Dispatch) -> None:
-        self.clock: Clock = node.clock
-        self._node = node
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        changed: Callable[[Any], None],
+        remove: Callable[[str], None],
+        is_closed: Callable[[], bool],
+        settled: Callable[[], Any],
+    ) -> None:
+        self.clock: Clock = dispatch.config.clock
         self.stamp = dispatch.stamp
         self.send_now = dispatch.send_now
         self.send = dispatch.send
         self.request = dispatch.request
         self.reply = dispatch.reply
         self.broadcast = dispatch.broadcast
-        self.changed = node._agent_changed
-        self.remove = node._remove_agent
+        self.changed = changed
+        self.remove = remove
+        self._is_closed = is_closed
+        self._settled = settled
 
     @property
     def closed(self) -> bool:
-        return self._node.closed
+        return self._is_closed()
 
     async def settled(self) -> bool:
-        return await self._node.settled()
+        return bool(await self._settled())
 
 
 class Dispatch:
+    """The runtime's side of the mesh (a :class:`~zmesh._runtime.port.MeshSink`):
+    what agents send goes to ``mesh``; what the mesh reports comes back here."""
+
     def __init__(
-        self, node: Node, engine: Engine, driver: Driver, dead_letter_capacity: int, workers: int | None
+        self,
+        config: RuntimeConfig,
+        mesh: MeshPort,
+        agents: Mapping[str, HostedAgent],
+        watch: Watch,
+        node_stats: Callable[[], dict[str, Any]],
     ) -> None:
-        self._node = node
-        self._engine = engine
-        self._driver = driver
-        self._clock = node.clock
+        self.config = config
+        self._mesh = mesh
+        self._agents = agents
+        self._watch = watch
+        self._node_stats = node_stats
+        self._clock = clock = config.clock
         # The wall clock for timestamps: time.time itself, not a method around it, on the real clock.
-        self._wall: Callable[[], float] = time.time if type(node.clock) is SystemClock else node.clock.time
-        self._futures: dict[Key, asyncio.Future[Message]] = {}
+        self._wall: Callable[[], float] = time.time if type(clock) is SystemClock else clock.time
+        self._futures: dict[RequestKey, asyncio.Future[Message]] = {}
         self._credit_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._sends = 0
         self._observers: list[Observer] = []
-        self.tasks = HandlerTasks(workers, node.id)
+        #: The node is closing or closed: nothing more is sent.
+        self.closed = False
+        self.tasks = HandlerTasks(config.workers, config.node_id)
         self.stats: Counter[str] = Counter()
-        self.dead_letters = DeadLetters(dead_letter_capacity, self._redeliver)
-        self.delivery = Delivery(node, self)
-        self.port = AgentPort(node, self)
+        self.dead_letters = DeadLetters(config.dead_letter_capacity, self._redeliver)
+        self.delivery = self._make_delivery()
+        #: MeshSink.deliver: the delivery's own method, one call per message, not two.
+        self.deliver = self.delivery.deliver
+
+    def _make_delivery(self) -> Delivery:
+        return Delivery(self.config, self._mesh, self._agents, self._watch, self)
+
+    def close(self) -> None:
+        """The node is closing: sends and requests raise NodeClosed from now on."""
+        self.closed = True
+
+    def _closed_error(self) -> NodeClosed:
+        return NodeClosed(f"node {self.config.node_id!r} is closed")
 
     # -- what agents send ------------------------------------------------
 
@@ -110,44 +143,37 @@ class Dispatch:
         """The send loop's path: send ``msg`` if nothing makes it wait, yield,
         report or fail; False (nothing sent) when it must go by :meth:`send`."""
         sends = self._sends + 1
-        if sends % YIELD_EVERY == 0 or timeout is not None or msg.qos or self._observers or self._node._closed:
+        if sends % YIELD_EVERY == 0 or timeout is not None or msg.qos or self._observers or self.closed:
             return False
-        engine = self._engine
-        if not engine.send_if_open(msg, 0.0):
+        if not self._mesh.try_send(msg, 0.0):
             return False  # :meth:`send` waits for credit, or raises
         self._sends = sends
-        driver = self._driver
-        if engine.effects or not driver._flush_scheduled:
-            driver.pump()
         return True
 
     async def send(self, msg: Message, timeout: float | None, kind: str = "send", dead_letter: bool = True) -> None:
         """Fire-and-forget, once flow control allows; raises before anything is sent."""
-        if self._node._closed:
-            raise NodeClosed(f"node {self._node.id!r} is closed")
+        if self.closed:
+            raise self._closed_error()
         if timeout is not None and (
             (timeout.__class__ is not float and timeout.__class__ is not int) or not timeout >= 0
         ):
             raise InvalidMessage(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
-        driver = self._driver
-        engine = self._engine
+        mesh = self._mesh
         observers = self._observers
-        started = driver.now() if (observers or msg.qos) else 0.0  # only a receipt, a wait or qos needs it
-        route = engine.send_if_open(msg, started)
+        started = mesh.now() if (observers or msg.qos) else 0.0  # only a receipt, a wait or qos needs it
+        route = mesh.try_send(msg, started)
         if not route:
-            started = started or driver.now()
+            started = started or mesh.now()
             deadline = None if timeout is None else started + timeout
             if route is None:
                 # Without a timeout of its own, a send waits for its target no longer than a settle.
-                known_by = started + (self._node.settle_timeout if timeout is None else timeout)
+                known_by = started + (self.config.settle_timeout if timeout is None else timeout)
                 route = await self._wait_known(msg, known_by)
                 if route is None:
                     raise self._not_found(msg, kind, started, dead_letter)
             if not route:
                 route = await self._wait_credit(msg, kind, started, deadline)
-            engine.send(msg, route, started)
-        if engine.effects or not driver._flush_scheduled:
-            driver.pump()
+            mesh.send(msg, route, started)
         if observers:
             self.receipt(kind, "success", started, msg)
         sends = self._sends = self._sends + 1
@@ -155,10 +181,9 @@ class Dispatch:
             # A send loop: what it queued leaves now as one frame, and the
             # next message waits to be batched with those after it (the
             # first message after a flush otherwise leaves alone).
-            self._engine.flush()
-            self._driver.pump()
+            mesh.end_batch()
             await asyncio.sleep(0)
-            self._engine.hold = True
+            mesh.hold()
 
     async def _wait_credit(self, msg: Message, kind: str, started: float, deadline: float | None) -> str:
         """Wait until ``msg.target`` may take one more message from us; return its route.
@@ -167,22 +192,23 @@ class Dispatch:
         target leaves meanwhile, NodeClosed if the node closes.
         """
         self.stats["backpressure_waits"] += 1
-        self._driver.pump()  # the engine may have told the receiver we wait
-        loop = self._driver.loop
+        mesh = self._mesh
+        mesh.pump()  # the mesh may have told the receiver we wait
+        loop = mesh.loop
         assert loop is not None
         while True:
-            route = self._engine.admit(msg.target)
+            route = mesh.admit(msg.target)
             if route:
                 return route
             if route is None:
                 raise self._not_found(msg, kind, started)
-            if self._node.closed:
-                raise NodeClosed(f"node {self._node.id!r} is closed")
+            if self.closed:
+                raise self._closed_error()
             if deadline is not None and self._clock.monotonic() >= deadline:
                 self.stats["backpressure_timeouts"] += 1
                 self.receipt(kind, "failure", started, msg, "Backpressure")
                 raise Backpressure(
-                    f"agent {msg.target!r} took nothing more from node {self._node.id!r} within "
+                    f"agent {msg.target!r} took nothing more from node {self.config.node_id!r} within "
                     f"{deadline - started:.3g} s (its inbox holds what flow control allows); nothing was sent"
                 )
             future: asyncio.Future[None] = loop.create_future()
@@ -209,11 +235,11 @@ class Dispatch:
         of one (see :meth:`learning_until`): wait for it until then, or until
         ``deadline``. Its route as :meth:`Engine.admit` gives it, or None."""
         clock = self._clock
-        watch = self._driver.watch
+        watch = self._watch
         first = True
         while True:
             left = deadline - clock.monotonic()
-            learning = self.learning_until() - time.monotonic()
+            learning = self._mesh.learning_until() - time.monotonic()
             if left <= 0 or learning <= 0:
                 return None
             if first:
@@ -222,25 +248,11 @@ class Dispatch:
             # Woken by every mesh event (an agent or peer joined); re-checked at
             # least every KNOWN_RECHECK s, as a knock given up on says nothing.
             await watch.changed(clock, left, min(learning, KNOWN_RECHECK))
-            if self._node.closed:
-                raise NodeClosed(f"node {self._node.id!r} is closed")
-            route = self._engine.admit(msg.target)
+            if self.closed:
+                raise self._closed_error()
+            route = self._mesh.admit(msg.target)
             if route is not None:
                 return route
-
-    def learning_until(self) -> float:
-        """Until when (``time.monotonic()``) an agent id no node hosts may be one
-        this node is about to learn of: no limit while it joins (a seed or a
-        member heard of has not answered yet), else LEARN_WINDOW after a peer
-        last joined, and with mDNS its first DISCOVERY_WINDOW s. Past that, a
-        send or request to an unknown agent fails at once."""
-        if self._node.joining:
-            return math.inf
-        driver = self._driver
-        until = driver.watch.last_joined + LEARN_WINDOW
-        if driver.discovery is not None:
-            until = max(until, driver.started_at + DISCOVERY_WINDOW)
-        return until
 
     def credit(self, agent: str) -> None:
         """The engine says ``agent`` may take more from us (or its node left): wake its senders."""
@@ -263,24 +275,25 @@ class Dispatch:
                f"still starting elsewhere, await node.wait_for_agents({msg.target!r}) first)")
         if waited < 0.001:
             why = ""
-        return AgentNotRegistered(f"no node in mesh {self._node.mesh!r} hosts agent {msg.target!r}{why}")
+        return AgentNotRegistered(f"no node in mesh {self.config.mesh!r} hosts agent {msg.target!r}{why}")
 
     async def _redeliver(self, msg: Message) -> None:
-        if msg.sender not in self._node._agents and msg.target not in self._node._agents:
+        if msg.sender not in self._agents and msg.target not in self._agents:
             # Sending as another node's agent would be (rightly) dropped as spoofed.
             raise InvalidMessage(
-                f"cannot redeliver from node {self._node.id!r}: sender {msg.sender!r} is not hosted here "
+                f"cannot redeliver from node {self.config.node_id!r}: sender {msg.sender!r} is not hosted here "
                 f"and target {msg.target!r} is not either; redeliver from the sender's node"
             )
         await self.send(msg, None, dead_letter=False)
 
     async def request(self, msg: Message, timeout: float, kind: str) -> Message:
-        if self._node.closed:
-            raise NodeClosed(f"node {self._node.id!r} is closed")
+        if self.closed:
+            raise self._closed_error()
         if (timeout.__class__ is not float and timeout.__class__ is not int) or not timeout > 0:
             raise InvalidMessage(f"timeout must be a positive number of seconds, got {timeout!r}")
-        started = self._driver.now()
-        route = self._engine.admit(msg.target)
+        mesh = self._mesh
+        started = mesh.now()
+        route = mesh.admit(msg.target)
         if not route:
             if route is None:
                 route = await self._wait_known(msg, started + timeout)
@@ -288,16 +301,16 @@ class Dispatch:
                     raise self._not_found(msg, kind, started)
             if not route:
                 route = await self._wait_credit(msg, kind, started, started + timeout)
-        key = self._engine.request(msg, started + timeout, self._driver.now(), route)
+        key = mesh.request(msg, started + timeout, mesh.now(), route)
         if key is None:
             raise self._not_found(msg, kind, started)
-        future: asyncio.Future[Message] = self._driver.loop.create_future()  # type: ignore[union-attr]
+        future: asyncio.Future[Message] = mesh.loop.create_future()  # type: ignore[union-attr]
         self._futures[key] = future
-        self._driver.pump()
+        mesh.pump()  # after the future is there: a local handler may answer within it
         try:
             reply = await future
         except asyncio.CancelledError:
-            self._engine.forget_request(key)  # the caller's own cancellation: no receipt, no dead letter
+            mesh.forget_request(key)  # the caller's own cancellation: no receipt, no dead letter
             raise
         except Timeout as exc:
             self.dead(msg, "timeout", str(exc))
@@ -328,23 +341,24 @@ class Dispatch:
         address, see ``Node.peer_stats``) and return the reply Message. No
         flow-control wait, receipt or dead letter: it is not an agent's.
         Raises PeerLost when the target node is not a peer, Timeout."""
-        now = self._driver.now()
-        route = self._engine.route(msg.target)
-        key = None if route is None else self._engine.request(msg, now + timeout, now, route)
+        mesh = self._mesh
+        now = mesh.now()
+        route = mesh.route(msg.target)
+        key = None if route is None else mesh.request(msg, now + timeout, now, route)
         if key is None:
-            raise PeerLost(f"{msg.target!r} is not a peer of node {self._node.id!r}")
-        future: asyncio.Future[Message] = self._driver.loop.create_future()  # type: ignore[union-attr]
+            raise PeerLost(f"{msg.target!r} is not a peer of node {self.config.node_id!r}")
+        future: asyncio.Future[Message] = mesh.loop.create_future()  # type: ignore[union-attr]
         self._futures[key] = future
-        self._driver.pump()
+        mesh.pump()
         try:
             return await future
         except asyncio.CancelledError:
-            self._engine.forget_request(key)
+            mesh.forget_request(key)
             raise
         finally:
             self._futures.pop(key, None)
 
-    def resolved(self, key: Key, reply: Message | None, error: Exception | None) -> None:
+    def resolved(self, key: RequestKey, reply: Message | None, error: Exception | None) -> None:
         future = self._futures.get(key)
         if future is None or future.done():
             return
@@ -354,27 +368,21 @@ class Dispatch:
             future.set_result(reply)  # type: ignore[arg-type]
 
     def reply(self, request: Message, status: str, payload: Any) -> None:
-        self._engine.reply_status(request, status, payload)
-        if not self._driver.in_drain:  # a drain sends when it ends
-            self._driver.pump()
+        self._mesh.reply(request, status, payload)
 
     def handled(self, origin: str, msg: Message) -> None:
         """A one-way qos >= 1 message's handler finished: acknowledge it."""
-        self._engine.handled(origin, msg)
-        if not self._driver.in_drain:  # a drain sends when it ends
-            self._driver.pump()
+        self._mesh.handled(origin, msg)
 
     def broadcast(self, msg: Message) -> int:
         started = self._clock.monotonic()
-        reached = self._engine.broadcast(msg)
-        self._driver.pump()
+        reached = self._mesh.broadcast(msg)
         self.receipt("broadcast", "success", started, msg, reached=reached)
         return reached
 
-    # -- what arrives for our agents: see _delivery ----------------------
-
-    def deliver(self, agent_id: str, msg: Message, broadcast: bool, origin: str, size: int) -> None:
-        self.delivery.deliver(agent_id, msg, broadcast, origin, size)
+    def node_message(self, msg: Message, origin: str) -> None:
+        """A message for the node itself: a ``zmesh.stats`` request is answered."""
+        answer(self._mesh, self.dead, self._node_stats, self.config.node_id, msg, origin)
 
     # -- dead letters and receipts ---------------------------------------
 

@@ -4,7 +4,7 @@ It is the transport's host: frames, subscriber-ready signals and drops come
 in here and go to the engine with the time on the node's clock. Then it
 carries out what the engine returns (:mod:`zmesh._engine.effects`): frames
 to send on links it opens and closes, publications and subscriptions,
-handlers to run and requests to resolve (through the dispatch), events. All
+handlers to run and requests to resolve (through its sink, see :mod:`.port`), events. All
 protocol timers are one timer on the node's clock at ``engine.earliest``.
 """
 
@@ -24,7 +24,7 @@ from .watch import Watch
 
 if TYPE_CHECKING:
     from ..discovery.mdns import MdnsDiscovery
-    from .dispatch import Dispatch
+    from .port import MeshSink
 
 __all__ = ["Driver"]
 
@@ -43,9 +43,8 @@ class Driver:
         # The system clock's monotonic() is time.monotonic: call it directly on the hot path.
         self.now: Callable[[], float] = time.monotonic if type(clock) is SystemClock else clock.monotonic
         self.watch = watch
-        self.dispatch: Dispatch | None = None  # set by the node once it exists
-        #: Answers a message for the node itself (NODE_MSG): ``(msg, origin)``; set by the node.
-        self.node_message: Callable[[Any, str], None] | None = None
+        #: Where the API effects go; :class:`~zmesh._runtime.frame_mesh.FrameMesh` makes it.
+        self.sink: MeshSink
         self.max_frame = engine.max_frame  # the transport sizes its receive limit from it
         liveness = engine.liveness
         #: (interval, timeout) of the transport's own link heartbeats, read by the transport.
@@ -63,10 +62,11 @@ class Driver:
         self._links: dict[int, Link] = {}
         self._timer: TimerHandle | None = None
         self._timer_at = math.inf
-        self._flush_scheduled = False
+        self.flush_scheduled = False  # a flush is due at the loop's next turn
         self._refreshing = False
 
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+    def drive(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The transport is started on ``loop``: timers run from now on."""
         self.loop = loop
         self.running = True
         self.started_at = time.monotonic()
@@ -90,9 +90,8 @@ class Driver:
         engine = self.engine
         while engine.effects:
             effects, engine.effects = engine.effects, []
-            links, dispatch = self._links, self.dispatch
-            assert dispatch is not None
-            deliver = dispatch.delivery.deliver  # one call per message, not two
+            links, sink = self._links, self.sink
+            deliver = sink.deliver
             for effect in effects:
                 op = effect[0]
                 if op == _SEND:
@@ -102,13 +101,13 @@ class Driver:
                 elif op == _DELIVER:
                     deliver(effect[1], effect[2], effect[3], effect[4], effect[5])
                 elif op == _REPLIED:
-                    dispatch.resolved(effect[1], effect[2], None)
+                    sink.resolved(effect[1], effect[2], None)
                 elif op == _FAILED:
-                    dispatch.resolved(effect[1], None, effect[2])
+                    sink.resolved(effect[1], None, effect[2])
                 else:
                     self._rare_effect(op, effect)
-        if not self._flush_scheduled and not self.in_drain and engine.has_queued and self.loop is not None:
-            self._flush_scheduled = True
+        if not self.flush_scheduled and not self.in_drain and engine.has_queued and self.loop is not None:
+            self.flush_scheduled = True
             engine.hold = True
             self.loop.call_soon(self._flush)
         if engine.earliest < self._timer_at:
@@ -130,7 +129,7 @@ class Driver:
         blocked sender or waking a local one, instead of leaving it for the
         next unrelated pump."""
         engine = self.engine
-        if not self.in_drain and (engine.effects or (engine.has_queued and not self._flush_scheduled)):
+        if not self.in_drain and (engine.effects or (engine.has_queued and not self.flush_scheduled)):
             self.pump()
 
     def _rare_effect(self, op: int, effect: tuple[Any, ...]) -> None:
@@ -153,14 +152,11 @@ class Driver:
         elif op == fx.ACKED:
             self.watch.wake()
         elif op == fx.CREDIT:
-            assert self.dispatch is not None
-            self.dispatch.credit(effect[2])
+            self.sink.credit(effect[2])
         elif op == fx.DEAD:
-            assert self.dispatch is not None
-            self.dispatch.dead(effect[1], effect[2], effect[3], effect[4])
+            self.sink.dead(effect[1], effect[2], effect[3], effect[4])
         elif op == fx.NODE_MSG:
-            assert self.node_message is not None
-            self.node_message(effect[1], effect[2])
+            self.sink.node_message(effect[1], effect[2])
         elif op == fx.REDISCOVER:
             refresh = getattr(self.discovery, "refresh", None)
             if refresh is not None and self.loop is not None and self.running and not self._refreshing:
@@ -186,7 +182,7 @@ class Driver:
         self.pump()
 
     def _flush(self) -> None:
-        self._flush_scheduled = False
+        self.flush_scheduled = False
         self.engine.flush()
         self.pump()
 
@@ -219,7 +215,7 @@ class Driver:
         if engine.effects:
             self.pump()
         self.in_drain = False
-        if not self._flush_scheduled:
+        if not self.flush_scheduled:
             engine.flush()
             if engine.effects:
                 self.pump()

@@ -15,12 +15,16 @@ import functools
 import logging
 import signal
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, Protocol, TypeVar
 
 from ..errors import ZmeshError
 
-if TYPE_CHECKING:
-    from ..node import Node
+
+class Closable(Protocol):
+    """A started node, as ``run`` sees it."""
+
+    async def close(self) -> None: ...
+
 
 __all__ = ["run", "open_nodes", "track", "untrack", "STOP_SIGNALS"]
 
@@ -31,21 +35,21 @@ T = TypeVar("T")
 #: The signals ``run`` turns into a clean stop.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-_open: weakref.WeakSet[Node] = weakref.WeakSet()
+_open: weakref.WeakKeyDictionary[Closable, asyncio.AbstractEventLoop] = weakref.WeakKeyDictionary()
 
 
-def track(node: Node) -> None:
-    """``node`` started: a signal under ``run`` closes it."""
-    _open.add(node)
+def track(node: Closable, loop: asyncio.AbstractEventLoop) -> None:
+    """``node`` started on ``loop``: a signal under ``run`` closes it."""
+    _open[node] = loop
 
 
-def untrack(node: Node) -> None:
-    _open.discard(node)
+def untrack(node: Closable) -> None:
+    _open.pop(node, None)
 
 
-def open_nodes(loop: asyncio.AbstractEventLoop) -> list[Node]:
+def open_nodes(loop: asyncio.AbstractEventLoop) -> list[Closable]:
     """The nodes started on ``loop`` and not closed yet."""
-    return [node for node in list(_open) if node._driver.loop is loop]
+    return [node for node, on in list(_open.items()) if on is loop]
 
 
 def run(main: Coroutine[Any, Any, T], *, debug: bool | None = None) -> T:

@@ -14,7 +14,8 @@ flow control, and an observer that hosts no agent (``zmesh top``) can send it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
 from .._wire.names import node_address
 from ..errors import InvalidMessage, ZmeshError
@@ -24,7 +25,9 @@ from .inbox import Inbox
 from .remote import reply_error
 
 if TYPE_CHECKING:
-    from ..node import Node
+    from .dispatch import Dispatch
+    from .port import MeshPort
+    from .watch import Watch
 
 __all__ = ["COUNTERS", "STATS_TOPIC", "node_stats", "agent_stats", "answer", "ask"]
 
@@ -65,64 +68,57 @@ def agent_stats(inboxes: dict[str, Inbox], tasks: HandlerTasks) -> dict[str, dic
     return out
 
 
-def node_stats(node: Node) -> dict[str, Any]:
-    """``node.stats()``: every key of the guide's table, from the start."""
-    engine = node._engine
-    dispatch = node._dispatch
-    out: dict[str, Any] = dict.fromkeys(COUNTERS, 0)  # every counter, from the start
-    out.update(engine.stats)
-    out["messages_sent"] = engine.messages_sent  # plain ints: counted once per message
-    out["messages_received"] = engine.messages_received
-    out.update(node._watch.stats)
-    out.update(dispatch.stats)
-    by_agent = agent_stats(dispatch.delivery.inboxes, dispatch.tasks)
+def node_stats(
+    mesh: MeshPort, watch: Watch, counters: Mapping[str, int], inboxes: dict[str, Inbox], tasks: HandlerTasks
+) -> dict[str, Any]:
+    """What the runtime and its mesh count, for ``node.stats()``: every counter, from the start."""
+    out: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
+    out.update(mesh.stats())
+    out.update(watch.stats)
+    out.update(counters)
+    by_agent = agent_stats(inboxes, tasks)
     # What agents that left handled, and what each present one has.
-    out["handled"] = dispatch.stats["handled"] + sum(a["handled"] for a in by_agent.values())
-    out["dropped"] = dict(engine.dropped)
-    out["dropped_total"] = sum(engine.dropped.values())
-    out["pending_requests"] = len(engine.requests)
-    out["unacked"] = engine.reliable.unacked
-    out["peers"] = len(engine.peers)
+    out["handled"] = counters.get("handled", 0) + sum(a["handled"] for a in by_agent.values())
     out["agents"] = len(by_agent)
-    out["dead_letters"] = node.dead_letters.total
-    out["transport"] = node.transport.stats()
     out["by_agent"] = by_agent
-    out["node_id"] = node.id
-    out["incarnation"] = node.incarnation
-    out["uptime"] = node.uptime
     return out
 
 
-def answer(node: Node, msg: Message, origin: str) -> None:
-    """A message for ``node`` itself arrived from ``origin`` (a node id, or the
-    engine's LOCAL): answer a ``zmesh.stats`` request, refuse anything else."""
-    engine = node._engine
-    engine.taken(origin, msg.target)  # its flow-control credit goes back at once
+def answer(
+    mesh: MeshPort,
+    dead: Callable[[Message, str, str], None],
+    stats: Callable[[], dict[str, Any]],
+    node_id: str,
+    msg: Message,
+    origin: str,
+) -> None:
+    """A message for node ``node_id`` itself arrived from ``origin``: answer
+    a ``zmesh.stats`` request with ``stats()``, refuse anything else."""
+    mesh.taken(origin, msg.target)  # its flow-control credit goes back at once
     if msg.correlation_id and msg.topic == STATS_TOPIC:
-        engine.reply_status(msg, "ok", node.stats())
+        mesh.reply(msg, "ok", stats())
         return
-    why = f"node {node.id!r} itself answers {STATS_TOPIC!r} requests only"
-    node._dispatch.dead(msg, "no_handler", why)
+    why = f"node {node_id!r} itself answers {STATS_TOPIC!r} requests only"
+    dead(msg, "no_handler", why)
     if msg.correlation_id:
-        engine.reply_status(msg, "no_handler", why)
+        mesh.reply(msg, "no_handler", why)
     elif msg.qos:
-        engine.handled(origin, msg)  # sending it again would not help
+        mesh.handled(origin, msg)  # sending it again would not help
 
 
-async def ask(node: Node, node_id: str, timeout: float) -> dict[str, Any]:
-    """``await node.peer_stats(node_id)``: that node's ``stats()``."""
-    if not isinstance(node_id, str) or not node_id:
-        raise InvalidMessage(f"node id must be a non-empty string, got {node_id!r}")
+async def ask(dispatch: Dispatch, node_id: str, target: str, timeout: float) -> dict[str, Any]:
+    """``await node.peer_stats(target)`` from node ``node_id``: that node's ``stats()``."""
+    if not isinstance(target, str) or not target:
+        raise InvalidMessage(f"node id must be a non-empty string, got {target!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise InvalidMessage(f"timeout must be a positive number of seconds, got {timeout!r}")
-    node._check_open()
-    me = node_address(node.id)
-    msg = Message("query", me, node_address(node_id), STATS_TOPIC, None, "", me, id=new_request_id())
+    me = node_address(node_id)
+    msg = Message("query", me, node_address(target), STATS_TOPIC, None, "", me, id=new_request_id())
     msg.correlation_id = msg.id  # unguessable, as every request's
-    node._dispatch.stamp(msg, None)
-    reply = await node._dispatch.node_request(msg, timeout)
+    dispatch.stamp(msg, None)
+    reply = await dispatch.node_request(msg, timeout)
     if reply.status != "ok":
         raise reply_error(reply)
     if not isinstance(reply.payload, dict):
-        raise ZmeshError(f"node {node_id!r} answered {STATS_TOPIC!r} with {type(reply.payload).__name__}")
+        raise ZmeshError(f"node {target!r} answered {STATS_TOPIC!r} with {type(reply.payload).__name__}")
     return reply.payload

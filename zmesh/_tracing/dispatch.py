@@ -1,17 +1,15 @@
 """Which Dispatch a node gets (internal): the plain one, or, with
-``Node(tracing=...)``, the one in :mod:`._otel` that makes OpenTelemetry
+``Node(tracing=...)``, the one in :mod:`.otel` that makes OpenTelemetry
 spans. Only the second imports opentelemetry (the ``otel`` extra)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Callable
 
-from .._runtime.dispatch import Dispatch
-
-if TYPE_CHECKING:
-    from .._engine import Engine
-    from .._runtime.driver import Driver
-    from ..node import Node
+from .._runtime.dispatch import Dispatch, RuntimeConfig
+from .._runtime.port import HostedAgent, MeshPort
+from .._runtime.watch import Watch
 
 __all__ = ["make_dispatch"]
 
@@ -19,12 +17,17 @@ OTEL_HINT = "pip install 'zmesh-agents[otel]'"
 
 
 def make_dispatch(
-    tracing: Any, node: Node, engine: Engine, driver: Driver, dead_letter_capacity: int, workers: int | None
+    tracing: Any,
+    config: RuntimeConfig,
+    mesh: MeshPort,
+    agents: Mapping[str, HostedAgent],
+    watch: Watch,
+    node_stats: Callable[[], dict[str, Any]],
 ) -> Dispatch:
     """``tracing``: False (no spans), True (spans through OpenTelemetry's global
     TracerProvider, also one set after the node was made) or a TracerProvider."""
     if tracing is False or tracing is None:
-        return Dispatch(node, engine, driver, dead_letter_capacity, workers)
+        return Dispatch(config, mesh, agents, watch, node_stats)
     if tracing is not True and not callable(getattr(tracing, "get_tracer", None)):
         raise TypeError(f"tracing must be True, False or an OpenTelemetry TracerProvider, got {tracing!r}")
     try:
@@ -35,4 +38,4 @@ def make_dispatch(
         raise ImportError(
             f"Node(tracing=...) needs OpenTelemetry, which is not installed: {OTEL_HINT}"
         ) from exc
-    return TracedDispatch(tracing, node, engine, driver, dead_letter_capacity, workers)
+    return TracedDispatch(tracing, config, mesh, agents, watch, node_stats)

@@ -28,7 +28,8 @@ import asyncio
 import contextlib
 import hashlib
 import re
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Mapping
+from typing import Any, Callable, Iterator
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -37,15 +38,12 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from .._runtime.context import trace_var
 from .._runtime.delivery import Delivery
-from .._runtime.dispatch import Dispatch
+from .._runtime.dispatch import Dispatch, RuntimeConfig
+from .._runtime.handoff import HANDOFF_TOPIC
 from .._runtime.inbox import Entry, Inbox
-from ..agent import HANDOFF_TOPIC, Agent
+from .._runtime.port import HostedAgent, MeshPort
+from .._runtime.watch import Watch
 from ..message import Message, new_trace_id
-
-if TYPE_CHECKING:
-    from .._engine import Engine
-    from .._runtime.driver import Driver
-    from ..node import Node
 
 __all__ = ["TracedDispatch", "TracedDelivery", "tracer_for", "otel_trace_id", "traceparent_of"]
 
@@ -144,11 +142,19 @@ class TracedDispatch(Dispatch):
     """Dispatch with a span around every send, request, delegate, handoff and broadcast."""
 
     def __init__(
-        self, tracing: Any, node: Node, engine: Engine, driver: Driver, dead_letter_capacity: int, workers: int | None
+        self,
+        tracing: Any,
+        config: RuntimeConfig,
+        mesh: MeshPort,
+        agents: Mapping[str, HostedAgent],
+        watch: Watch,
+        node_stats: Callable[[], dict[str, Any]],
     ) -> None:
         self.tracer = tracer_for(tracing)
-        super().__init__(node, engine, driver, dead_letter_capacity, workers)
-        self.delivery = TracedDelivery(node, self, self.tracer)
+        super().__init__(config, mesh, agents, watch, node_stats)
+
+    def _make_delivery(self) -> Delivery:
+        return TracedDelivery(self.config, self._mesh, self._agents, self._watch, self, self.tracer)
 
     def stamp(self, msg: Message, trace_id: str | None) -> None:
         msg.timestamp = self._clock.time()
@@ -166,7 +172,7 @@ class TracedDispatch(Dispatch):
         if not trace.get_current_span().get_span_context().is_valid and msg.trace_id:
             parent = _placeholder(msg.trace_id)
         span = self.tracer.start_span(f"{operation} {msg.topic}", parent, kind,
-                                      _attributes(msg, operation, self._node.id))
+                                      _attributes(msg, operation, self.config.node_id))
         sent_by = span.get_span_context()
         if not msg.trace_id:  # a new trace: the span's trace id is the message's
             msg.trace_id = f"{sent_by.trace_id:032x}" if sent_by.is_valid else new_trace_id()
@@ -220,8 +226,11 @@ class TracedDelivery(Delivery):
 
     _one_way_inline = False  # every handler's end ends its span, in _handler_done
 
-    def __init__(self, node: Node, dispatch: Dispatch, tracer: trace.Tracer) -> None:
-        super().__init__(node, dispatch)
+    def __init__(
+        self, config: RuntimeConfig, mesh: MeshPort, agents: Mapping[str, HostedAgent], watch: Watch,
+        dispatch: Dispatch, tracer: trace.Tracer,
+    ) -> None:
+        super().__init__(config, mesh, agents, watch, dispatch)
         self._tracer = tracer
         #: Open handler spans: by id() of the request (ended by its reply) or of the entry.
         self._spans: dict[int, tuple[object, Span]] = {}
@@ -230,12 +239,12 @@ class TracedDelivery(Delivery):
     def _key(entry: Entry) -> int:
         return id(entry.msg) if entry.request else id(entry)
 
-    def _start(self, agent: Agent, inbox: Inbox, entry: Entry) -> None:
+    def _start(self, agent: HostedAgent, inbox: Inbox, entry: Entry) -> None:
         msg = entry.msg
-        if entry.broadcast and not agent._routes.still_routed(entry.route, msg.topic):
+        if entry.broadcast and not self.still_wanted(agent.id, entry):
             super()._start(agent, inbox, entry)  # unsubscribed while it waited: never handled, no span
             return
-        attributes = _attributes(msg, "process", self._node.id)
+        attributes = _attributes(msg, "process", self._node_id)
         attributes["zmesh.agent"] = agent.id
         parent = _parent_of(msg)
         span = self._tracer.start_span(f"process {msg.topic}", parent,
@@ -262,13 +271,13 @@ class TracedDelivery(Delivery):
         for key in list(self._spans):
             self.end(key, "node_closed")
 
-    def _handler_done(self, result: Any, extra: tuple[Agent, Entry]) -> None:
+    def _handler_done(self, result: Any, extra: tuple[HostedAgent, Entry]) -> None:
         super()._handler_done(result, extra)  # a request's reply ends its span
         entry = extra[1]
         if not entry.request:
             self.end(id(entry))
 
-    def _handler_failed(self, exc: BaseException, extra: tuple[Agent, Entry]) -> None:
+    def _handler_failed(self, exc: BaseException, extra: tuple[HostedAgent, Entry]) -> None:
         found = self._spans.pop(self._key(extra[1]), None)  # its error reply must not end it as "error"
         super()._handler_failed(exc, extra)
         if found is not None:

@@ -10,7 +10,7 @@ A keyed node's endpoints carry its public key (``tcp://host:port#KEY``), so a
 peer can dial it as a CURVE client; whether it may is the peer's trusted set.
 
 Addresses come from the service's A records and are filtered/ranked with
-:func:`zmesh.discovery.interfaces.rank_reachable`, so a multi-homed peer is dialled on
+:func:`zmesh.interfaces.rank_reachable`, so a multi-homed peer is dialled on
 an address we can actually reach.
 
 Joining is fast: the browser starts first, registration skips RFC 6762
@@ -35,7 +35,7 @@ from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZerocon
 from .._wire.names import printable
 from ..errors import SecurityError
 from ..security import check_public_key
-from .interfaces import InterfaceScope, rank_reachable
+from ..interfaces import InterfaceScope, rank_reachable
 from .sockets import confine_to_scope
 
 __all__ = ["MdnsDiscovery", "PeerAdvert", "instance_label"]

@@ -22,7 +22,7 @@ import socket
 import sys
 from typing import Any
 
-from .interfaces import InterfaceScope, list_host_interfaces
+from ..interfaces import InterfaceScope, list_host_interfaces
 
 __all__ = ["IP_MULTICAST_ALL", "confine_to_scope", "zeroconf_sockets"]
 

@@ -236,7 +236,7 @@ class ZmqTransport(Receiving, Transport):
             return None
         if self.scope is None:
             return endpoints[0]
-        from ...discovery.interfaces import rank_reachable
+        from ...interfaces import rank_reachable
 
         hosts: dict[str, str] = {}
         for endpoint in endpoints:
@@ -249,7 +249,7 @@ class ZmqTransport(Receiving, Transport):
         return next((e for h, e in hosts.items() if not h.startswith("127.")), None)
 
     def _resolve_addresses(self) -> tuple[str, ...]:
-        from ...discovery.interfaces import resolve_interfaces
+        from ...interfaces import resolve_interfaces
 
         try:
             self.scope = resolve_interfaces(self.interfaces)
