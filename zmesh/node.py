@@ -41,7 +41,7 @@ from .observer import Observer
 from .registry import MeshEvent, Registry
 from .security import TrustSpec, resolve_security, trust_store
 from .store import SqliteStore, Store
-from .transport import make_transport
+from .transport import make_transport, transport_class
 from .transport.base import Transport
 
 __all__ = ["Node", "current_trace_id", "trace_context"]
@@ -189,8 +189,9 @@ class Node:
         if store is not None and not isinstance(store, Store):
             store = SqliteStore(store)
         self.store: Store | None = store
-        zmq_named = transport == "zmq"  # ZMESH_KEY/ZMESH_TRUSTED apply to the zmq transport only
-        self._security = resolve_security(key, trusted, insecure, None if zmq_named else {})
+        # ZMESH_KEY/ZMESH_TRUSTED apply to a transport with keys that the node makes itself.
+        env_keys = isinstance(transport, str) and transport_class(transport).capabilities.keys
+        self._security = resolve_security(key, trusted, insecure, None if env_keys else {})
         rules = parse_policy(policy)
         if rules and not self._security.keyed:
             raise ValueError("policy needs keys (key=..., trusted=...): without them nobody's key is known")

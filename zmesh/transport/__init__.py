@@ -13,7 +13,23 @@ from .base import Transport, TransportCapabilities
 if TYPE_CHECKING:
     from ..security import Security
 
-__all__ = ["Transport", "TransportCapabilities", "make_transport"]
+__all__ = ["Transport", "TransportCapabilities", "make_transport", "transport_class"]
+
+
+def transport_class(spec: str | Transport) -> type[Transport]:
+    """The class of the transport ``spec`` names (``"zmq"``, ``"inproc"``) or is;
+    its ``capabilities`` say what it can do before one is made."""
+    if isinstance(spec, Transport):
+        return type(spec)
+    if spec == "inproc":
+        from .inproc import InprocTransport
+
+        return InprocTransport
+    if spec == "zmq":
+        from .zmq import ZmqTransport
+
+        return ZmqTransport
+    raise ValueError(f"unknown transport {spec!r}: use 'zmq', 'inproc' or a Transport instance")
 
 
 def make_transport(
@@ -34,12 +50,7 @@ def make_transport(
         raise ValueError("key= and trusted= are for the 'zmq' transport (a Transport instance sets its own)")
     if isinstance(spec, Transport):
         return spec
-    if spec == "inproc":
-        from .inproc import InprocTransport
-
-        return InprocTransport()
+    cls = transport_class(spec)  # the factory's own table of names
     if spec == "zmq":
-        from .zmq import ZmqTransport
-
-        return ZmqTransport(interfaces=interfaces, port=port, pub_port=pub_port, security=security)
-    raise ValueError(f"unknown transport {spec!r}: use 'zmq', 'inproc' or a Transport instance")
+        return cls(interfaces=interfaces, port=port, pub_port=pub_port, security=security)  # type: ignore[call-arg]
+    return cls()

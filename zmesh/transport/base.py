@@ -46,11 +46,16 @@ class TransportCapabilities:
     this transport's TCP endpoints (``scope``, ``router_endpoint``,
     ``pub_endpoint``); ``"hub"`` — the transport reports members itself via
     ``on_discovered``; ``"none"``.
+
+    ``keys``: the transport encrypts and authenticates its connections with
+    CurveZMQ keys (``Node(key=..., trusted=...)``, and ``$ZMESH_KEY`` /
+    ``$ZMESH_TRUSTED`` for a transport the node makes by name).
     """
 
     level: str = "frame"
     peers_can_vanish: bool = True
     discovery: str = "none"
+    keys: bool = False
 
 
 class Link(Protocol):

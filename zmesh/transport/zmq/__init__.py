@@ -43,7 +43,7 @@ from ...security import Security, check_public_key, lan_refusal
 from ..base import Transport, TransportCapabilities, TransportHost, endpoint_address, endpoint_host
 from . import _sockets as zs
 from ._curve import Subscribers, ZapDomain, curve_server, zap_register, zap_unregister
-from ._link import KeyedSubscription, ZmqLink, link_tag
+from ._link import KeyedSubscription, LinkPlumbing, ZmqLink, link_tag
 from ._reader_thread import ThreadReaders
 from ._receive import Receiving
 from ._senders import Senders
@@ -75,7 +75,7 @@ class ZmqTransport(Receiving, Transport):
     """
 
     name = "zmq"
-    capabilities = TransportCapabilities(level="frame", peers_can_vanish=True, discovery="mdns")
+    capabilities = TransportCapabilities(level="frame", peers_can_vanish=True, discovery="mdns", keys=True)
 
     def __init__(
         self,
@@ -123,6 +123,7 @@ class ZmqTransport(Receiving, Transport):
         self._sub: zmq.Socket[Any] | None = None  # keyless: one SUB attached to every publisher
         self._keyed_subs: dict[str, KeyedSubscription] = {}  # keyed: a SUB per publisher
         self._links: set[ZmqLink] = set()
+        self._plumbing: LinkPlumbing  # made by start(), for the links it opens
         self._subscribed: set[str] = set()
         self._counters: dict[str, int] = {}
         self._senders = Senders(self._routable)
@@ -188,6 +189,11 @@ class ZmqTransport(Receiving, Transport):
         for sock, drain in drains:
             add_reader(zs.fd_of(sock), drain)
             loop.call_soon(drain)
+        assert self._remove_reader is not None
+        self._plumbing = LinkPlumbing(
+            self._ctx, loop, host, key, self._counters, self._links, add_reader, self._remove_reader,
+            self._drop, self._drain, lambda: self._closed,
+        )
 
     def _choose_poller(
         self, loop: asyncio.AbstractEventLoop, router_fd: int
@@ -328,14 +334,14 @@ class ZmqTransport(Receiving, Transport):
         return f"{self._key}|{link_tag(self._secret, endpoint)}".encode()
 
     def open_link(self, router_endpoint: str) -> ZmqLink:
-        link = ZmqLink(self, router_endpoint)
+        link = ZmqLink(self, self._plumbing, router_endpoint)
         self._links.add(link)
         return link
 
     def subscribe(self, pub_endpoint: str) -> None:
         if self.public_key is not None:
             if pub_endpoint not in self._keyed_subs and not self._closed:
-                self._keyed_subs[pub_endpoint] = KeyedSubscription(self, pub_endpoint)
+                self._keyed_subs[pub_endpoint] = KeyedSubscription(self, self._plumbing, pub_endpoint)
             return
         if self._sub is None or pub_endpoint in self._subscribed:
             return

@@ -14,18 +14,19 @@ import contextlib
 import hashlib
 import logging
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import zmq
 
-from ..base import endpoint_address, endpoint_key
+from ..base import TransportHost, endpoint_address, endpoint_key
 from . import _sockets as zs
 from ._curve import curve_client
 
 if TYPE_CHECKING:
     from . import ZmqTransport
 
-__all__ = ["KeyedSubscription", "Watcher", "ZmqLink", "link_tag"]
+__all__ = ["KeyedSubscription", "LinkPlumbing", "Watcher", "ZmqLink", "link_tag"]
 
 log = logging.getLogger("zmesh")
 
@@ -42,19 +43,41 @@ _REFUSED = int(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 _EVENTS = _DISCONNECTED | _HANDSHAKE_SUCCEEDED | _REFUSED
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class LinkPlumbing:
+    """What a started :class:`~zmesh.transport.zmq.ZmqTransport` shares with
+    its links, subscriptions and their monitors (made by ``start()``)."""
+
+    ctx: zmq.Context[Any]
+    loop: asyncio.AbstractEventLoop
+    host: TransportHost
+    #: This node's key (``id|incarnation``): the prefix of our routing ids and SUB filters.
+    key: str
+    counters: dict[str, int]
+    #: The transport's open links (a link leaves it when it closes).
+    links: set[ZmqLink]
+    add_reader: Callable[[int, Callable[[], None]], None]
+    remove_reader: Callable[[int], object]
+    #: Count a drop and tell the host: ``(reason, where)``.
+    drop: Callable[[str, str], None]
+    #: Read a socket on the loop: ``(socket, on_parts, again)``.
+    drain: Callable[[zmq.Socket[Any] | None, Callable[[list[bytes]], None], Callable[[], None]], None]
+    is_closed: Callable[[], bool]
+
+
 def link_tag(secret: bytes, endpoint: str) -> str:
     """The routing-id tag of our link to ``endpoint``: unguessable without ``secret``."""
     return hashlib.blake2b(endpoint.encode(), key=secret, digest_size=8).hexdigest()
 
 
 def _abandon(
-    transport: ZmqTransport, sock: zmq.Socket[Any], watcher: Watcher | None, endpoint: str, exc: zmq.ZMQError
+    plumbing: LinkPlumbing, sock: zmq.Socket[Any], watcher: Watcher | None, endpoint: str, exc: zmq.ZMQError
 ) -> None:
     """A socket that could not be set up for ``endpoint``: close it and its watcher, and count why."""
     if watcher is not None:
         watcher.close()
     zs.close_socket(sock)
-    transport._drop("bad_endpoint", f"{endpoint}: {exc.strerror}")
+    plumbing.drop("bad_endpoint", f"{endpoint}: {exc.strerror}")
 
 
 class Watcher:
@@ -63,12 +86,12 @@ class Watcher:
     A refused handshake is answered here: the socket dials again after a
     backoff (doubling, reset by a handshake that succeeds)."""
 
-    __slots__ = ("_transport", "_pair", "_on_event", "_sock", "_address", "_redial", "_delay", "_logged")
+    __slots__ = ("_plumbing", "_pair", "_on_event", "_sock", "_address", "_redial", "_delay", "_logged")
 
     def __init__(
-        self, transport: ZmqTransport, sock: zmq.Socket[Any], endpoint: str, on_event: Callable[[int], None]
+        self, plumbing: LinkPlumbing, sock: zmq.Socket[Any], endpoint: str, on_event: Callable[[int], None]
     ) -> None:
-        self._transport = transport
+        self._plumbing = plumbing
         self._sock = sock
         self._address = endpoint
         self._on_event = on_event
@@ -77,13 +100,13 @@ class Watcher:
         self._logged = False
         address = f"inproc://zmesh-monitor-{zs.next_id()}"
         sock.monitor(address, _EVENTS)
-        pair = zs.open_socket(transport._ctx, zmq.PAIR)
+        pair = zs.open_socket(plumbing.ctx, zmq.PAIR)
         pair.setsockopt(zmq.LINGER, 0)
         pair.connect(address)
         self._pair: zmq.Socket[Any] | None = pair
-        if transport._loop is not None and transport._add_reader is not None:
-            transport._add_reader(zs.fd_of(pair), self.read)
-            transport._loop.call_soon(self.read)
+        if plumbing.loop is not None and plumbing.add_reader is not None:
+            plumbing.add_reader(zs.fd_of(pair), self.read)
+            plumbing.loop.call_soon(self.read)
 
     def read(self) -> None:
         pair = self._pair
@@ -103,14 +126,14 @@ class Watcher:
             pass
 
     def _refused(self) -> None:
-        transport = self._transport
-        transport._counters["refused_by_peers"] = transport._counters.get("refused_by_peers", 0) + 1
+        plumbing = self._plumbing
+        plumbing.counters["refused_by_peers"] = plumbing.counters.get("refused_by_peers", 0) + 1
         if not self._logged:
             self._logged = True
             log.warning("zmesh: %s refused our key (it is not in that node's trusted set): "
                         "dialling again, every %g s at most", self._address, _REDIAL_MAX)
-        if self._redial is None and transport._loop is not None and not transport._closed:
-            self._redial = transport._loop.call_later(self._delay, self._dial_again)
+        if self._redial is None and plumbing.loop is not None and not plumbing.is_closed():
+            self._redial = plumbing.loop.call_later(self._delay, self._dial_again)
             self._delay = min(self._delay * 2, _REDIAL_MAX)
 
     def _dial_again(self) -> None:
@@ -134,7 +157,7 @@ class Watcher:
             return
         with contextlib.suppress(zmq.ZMQError):
             self._sock.disable_monitor()
-        remove_reader = self._transport._remove_reader
+        remove_reader = self._plumbing.remove_reader
         if remove_reader is not None and not pair.closed:
             with contextlib.suppress(Exception):
                 remove_reader(zs.fd_of(pair))
@@ -159,11 +182,12 @@ class ZmqLink:
     being trusted).
     """
 
-    __slots__ = ("_transport", "_sock", "_backlog", "_retry", "endpoint", "server_key", "_watcher", "_up",
+    __slots__ = ("_transport", "_plumbing", "_sock", "_backlog", "_retry", "endpoint", "server_key", "_watcher", "_up",
                  "_closing")
 
-    def __init__(self, transport: ZmqTransport, endpoint: str) -> None:
+    def __init__(self, transport: ZmqTransport, plumbing: LinkPlumbing, endpoint: str) -> None:
         self._transport = transport
+        self._plumbing = plumbing
         self.endpoint = endpoint
         self.server_key = endpoint_key(endpoint)
         self._backlog: deque[bytes] = deque()
@@ -178,9 +202,9 @@ class ZmqLink:
     def open(self) -> None:
         """Create and connect the DEALER (again, after :meth:`cut`)."""
         transport = self._transport
-        if self._sock is not None or transport._closed:
+        if self._sock is not None or self._plumbing.is_closed():
             return
-        sock = zs.open_socket(transport._ctx, zmq.DEALER)
+        sock = zs.open_socket(self._plumbing.ctx, zmq.DEALER)
         try:
             sock.setsockopt(zmq.ROUTING_ID, transport.routing_id(self.endpoint))
             sock.setsockopt(zmq.SNDHWM, transport.hwm)
@@ -197,10 +221,10 @@ class ZmqLink:
                 sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, int(timeout * 1000))
                 sock.setsockopt(zmq.HEARTBEAT_TTL, int(timeout * 1000))
             if beats is not None or self.server_key is not None:
-                self._watcher = Watcher(transport, sock, self.endpoint, self._on_event)
+                self._watcher = Watcher(self._plumbing, sock, self.endpoint, self._on_event)
             sock.connect(endpoint_address(self.endpoint))
         except zmq.ZMQError as exc:
-            _abandon(transport, sock, self._watcher, self.endpoint, exc)
+            _abandon(self._plumbing, sock, self._watcher, self.endpoint, exc)
             self._watcher = None
             return
         self._sock = sock
@@ -221,7 +245,7 @@ class ZmqLink:
             self._up = True
         elif event == _DISCONNECTED and self._up:
             self._up = False
-            host = self._transport._host
+            host = self._plumbing.host
             if not self._closing and host is not None:
                 self._transport.read_direct_now()  # its BYE may be there already
                 if not self._closing:
@@ -230,7 +254,7 @@ class ZmqLink:
     def send(self, frame: bytes) -> None:
         if self._sock is None:
             if not self._transport.may_dial(self.server_key):
-                self._transport._drop("untrusted_peer", self.endpoint)
+                self._plumbing.drop("untrusted_peer", self.endpoint)
             return
         if self._backlog:
             self._queue(frame)
@@ -240,15 +264,15 @@ class ZmqLink:
         except zmq.Again:
             self._queue(frame)
         except zmq.ZMQError as exc:
-            self._transport._drop("send_failed", f"{self.endpoint}: {exc.strerror}")
+            self._plumbing.drop("send_failed", f"{self.endpoint}: {exc.strerror}")
 
     def _queue(self, frame: bytes) -> None:
         if len(self._backlog) >= _BACKLOG_LIMIT:
             self._backlog.popleft()
-            self._transport._drop("send_backlog_full", self.endpoint)
+            self._plumbing.drop("send_backlog_full", self.endpoint)
         self._backlog.append(frame)
-        if self._retry is None and self._transport._loop is not None:
-            self._retry = self._transport._loop.call_later(_RETRY_DELAY, self._flush_backlog)
+        if self._retry is None and self._plumbing.loop is not None:
+            self._retry = self._plumbing.loop.call_later(_RETRY_DELAY, self._flush_backlog)
 
     def _flush_backlog(self) -> None:
         self._retry = None
@@ -261,10 +285,10 @@ class ZmqLink:
             except zmq.Again:
                 break
             except zmq.ZMQError as exc:
-                self._transport._drop("send_failed", f"{self.endpoint}: {exc.strerror}")
+                self._plumbing.drop("send_failed", f"{self.endpoint}: {exc.strerror}")
             self._backlog.popleft()
-        if self._backlog and self._transport._loop is not None:
-            self._retry = self._transport._loop.call_later(_RETRY_DELAY, self._flush_backlog)
+        if self._backlog and self._plumbing.loop is not None:
+            self._retry = self._plumbing.loop.call_later(_RETRY_DELAY, self._flush_backlog)
 
     def close(self, linger_ms: int = zs.BYE_LINGER_MS) -> None:
         if self._retry is not None:
@@ -281,7 +305,7 @@ class ZmqLink:
         if self._sock is not None:
             zs.close_socket(self._sock, linger_ms)
             self._sock = None
-        self._transport._links.discard(self)
+        self._plumbing.links.discard(self)
 
 
 class KeyedSubscription:
@@ -289,10 +313,11 @@ class KeyedSubscription:
     CURVE client of the key its endpoint carries. Every frame it reads comes
     from that key (the handshake proved it), so the host is told so."""
 
-    __slots__ = ("_transport", "endpoint", "server_key", "_sock", "_watcher")
+    __slots__ = ("_transport", "_plumbing", "endpoint", "server_key", "_sock", "_watcher")
 
-    def __init__(self, transport: ZmqTransport, endpoint: str) -> None:
+    def __init__(self, transport: ZmqTransport, plumbing: LinkPlumbing, endpoint: str) -> None:
         self._transport = transport
+        self._plumbing = plumbing
         self.endpoint = endpoint
         self.server_key = endpoint_key(endpoint)
         self._sock: zmq.Socket[Any] | None = None
@@ -300,47 +325,47 @@ class KeyedSubscription:
         if transport.may_dial(self.server_key):
             self.open()
         else:
-            transport._drop("untrusted_peer", endpoint)
+            self._plumbing.drop("untrusted_peer", endpoint)
 
     def open(self) -> None:
         transport, pair = self._transport, self._transport.security.key
-        if self._sock is not None or self.server_key is None or pair is None or transport._closed:
+        if self._sock is not None or self.server_key is None or pair is None or self._plumbing.is_closed():
             return
-        sock = zs.open_socket(transport._ctx, zmq.SUB)
+        sock = zs.open_socket(self._plumbing.ctx, zmq.SUB)
         try:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVHWM, transport.hwm)
             sock.setsockopt(zmq.MAXMSGSIZE, transport.max_frame)
             curve_client(sock, pair, self.server_key)
             sock.setsockopt(zmq.SUBSCRIBE, b"M")
-            sock.setsockopt(zmq.SUBSCRIBE, b"J" + transport._key.encode())
-            self._watcher = Watcher(transport, sock, self.endpoint, lambda event: None)
+            sock.setsockopt(zmq.SUBSCRIBE, b"J" + self._plumbing.key.encode())
+            self._watcher = Watcher(self._plumbing, sock, self.endpoint, lambda event: None)
             sock.connect(endpoint_address(self.endpoint))
         except zmq.ZMQError as exc:
-            _abandon(transport, sock, self._watcher, self.endpoint, exc)
+            _abandon(self._plumbing, sock, self._watcher, self.endpoint, exc)
             self._watcher = None
             return
         self._sock = sock
-        if transport._add_reader is not None and transport._loop is not None:
-            transport._add_reader(zs.fd_of(sock), self.drain)
-            transport._loop.call_soon(self.drain)
+        if self._plumbing.add_reader is not None and self._plumbing.loop is not None:
+            self._plumbing.add_reader(zs.fd_of(sock), self.drain)
+            self._plumbing.loop.call_soon(self.drain)
 
     def drain(self) -> None:
-        self._transport._drain(self._sock, self._parts, self.drain)
+        self._plumbing.drain(self._sock, self._parts, self.drain)
 
     def _parts(self, parts: list[bytes]) -> None:
         transport = self._transport
         if len(parts) != 2 or parts[0] != b"M":
-            transport._drop("malformed", "sub: unexpected frames")
+            self._plumbing.drop("malformed", "sub: unexpected frames")
         elif not transport.may_dial(self.server_key):
-            transport._drop("untrusted_key", self.endpoint)  # distrusted; not cut yet
+            self._plumbing.drop("untrusted_key", self.endpoint)  # distrusted; not cut yet
         else:
-            transport._host.on_pub_frame(parts[1], self.server_key)  # type: ignore[union-attr]
+            self._plumbing.host.on_pub_frame(parts[1], self.server_key)
 
     def announce(self) -> None:
         if self._sock is not None:
             with contextlib.suppress(zmq.ZMQError):
-                self._sock.setsockopt(zmq.SUBSCRIBE, b"J" + self._transport._key.encode())
+                self._sock.setsockopt(zmq.SUBSCRIBE, b"J" + self._plumbing.key.encode())
 
     def cut(self) -> None:
         """Detach (the publisher's key is no longer trusted, or we unsubscribed)."""
@@ -350,7 +375,7 @@ class KeyedSubscription:
         sock, self._sock = self._sock, None
         if sock is None:
             return
-        remove_reader = self._transport._remove_reader
+        remove_reader = self._plumbing.remove_reader
         if remove_reader is not None and not sock.closed:
             with contextlib.suppress(Exception):
                 remove_reader(zs.fd_of(sock))
