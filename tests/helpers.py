@@ -8,6 +8,7 @@ import time
 from typing import Any, Callable
 
 import zmesh
+from zmesh.transport.memory import MemoryBroker, MemoryTransport
 
 _mesh_ids = itertools.count()
 
@@ -32,6 +33,7 @@ class Mesh:
         self.name = f"t{next(_mesh_ids)}-{time.monotonic_ns() % 10**9}"
         self.defaults = defaults
         self.nodes: list[zmesh.Node] = []
+        self.broker = MemoryBroker()  # where "memory" nodes meet
 
     async def node(self, **kwargs: Any) -> zmesh.Node:
         options = {**self.defaults, **kwargs}
@@ -43,7 +45,10 @@ class Mesh:
             # Liveness runs on the node's clock too. A fake clock jumps while
             # real peers cannot answer, so expiry stays beyond any jump a test makes.
             options.setdefault("liveness", FROZEN_WORLD)
-        node = zmesh.Node(self.name, transport=self.transport, **options)
+        transport: str | MemoryTransport = self.transport
+        if self.transport == "memory":
+            transport = MemoryTransport(self.broker)
+        node = zmesh.Node(self.name, transport=transport, **options)
         self.nodes.append(node)
         await node.start()
         return node

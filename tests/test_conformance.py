@@ -31,7 +31,7 @@ from .helpers import Mesh, wait_for
 pytestmark = pytest.mark.timeout(30)
 
 
-@pytest.fixture(params=["inproc", "zmq", "zmq-thread"])
+@pytest.fixture(params=["inproc", "zmq", "zmq-thread", "memory"])
 def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Run the test once per transport (and ZeroMQ once per way of waiting for input)."""
     if request.param != "zmq-thread":

@@ -19,11 +19,13 @@ import time
 from types import TracebackType
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
-from ._engine import EngineConfig
+from ._engine import EngineConfig, first_endpoint
 from ._engine.identity import parse_policy
 from ._runtime.context import current_trace_id, trace_context
 from ._runtime.dispatch import AgentPort, Dispatch, RuntimeConfig
 from ._runtime.frame_mesh import FrameMesh
+from ._runtime.message_mesh import MessageMesh
+from ._runtime.port import MeshPort
 from ._runtime.inbox import DEFAULT_CONCURRENCY, DEFAULT_INBOX, DEFAULT_INBOX_BYTES
 from ._runtime.loop_watch import DEFAULT_BLOCK_WARNING, unwatch_loop, watch_loop
 from ._runtime.run import track, untrack
@@ -43,6 +45,7 @@ from .security import TrustSpec, resolve_security, trust_store
 from .store import SqliteStore, Store
 from .transport import make_transport, transport_class
 from .transport.base import Transport
+from .transport.message import MessageTransport
 
 __all__ = ["Node", "current_trace_id", "trace_context"]
 
@@ -139,7 +142,7 @@ class Node:
         mesh: str,
         *,
         name: str | None = None,
-        transport: str | Transport = "zmq",
+        transport: str | Transport | MessageTransport = "zmq",
         seeds: Iterable[str] = (),
         interfaces: str | Sequence[str] | None = None,
         discovery: bool | None = None,
@@ -197,18 +200,13 @@ class Node:
             raise ValueError("policy needs keys (key=..., trusted=...): without them nobody's key is known")
         self.transport = make_transport(transport, interfaces, port, pub_port, self._security)
         caps = self.transport.capabilities
-        if caps.level != "frame":
-            raise TransportError(
-                f"transport {self.transport.name!r} routes whole messages (level {caps.level!r}); "
-                "this version of zmesh drives frame-level transports only"
-            )
         engine_config = EngineConfig(
             mesh=mesh,
             node_id=self.id,
             incarnation=self.incarnation,
             max_payload=max_payload,
             liveness=self.liveness_config if caps.peers_can_vanish else None,
-            choose=self.transport.choose,
+            choose=self.transport.choose if isinstance(self.transport, Transport) else first_endpoint,
             wall_clock=self.clock.time,
             store=store,
             encoder=encoder,
@@ -221,10 +219,20 @@ class Node:
         runtime = RuntimeConfig(self.id, mesh, self.clock, settle_timeout, dead_letter_capacity, workers)
         self._agents: dict[str, Agent] = {}
         self._watch = Watch(self.id)
-        self._mesh: FrameMesh[Dispatch] = FrameMesh(
-            engine_config, self.transport, self.clock, self._watch, seeds,
-            lambda mesh: make_dispatch(tracing, runtime, mesh, self._agents, self._watch, self.stats),
-        )
+        def make_sink(mesh: MeshPort) -> Dispatch:
+            return make_dispatch(tracing, runtime, mesh, self._agents, self._watch, self.stats)
+
+        # The mesh is chosen by what the transport says it moves, never by its name.
+        self._mesh: FrameMesh[Dispatch] | MessageMesh[Dispatch]
+        if caps.level == "frame" and isinstance(self.transport, Transport):
+            self._mesh = FrameMesh(engine_config, self.transport, self.clock, self._watch, seeds, make_sink)
+        elif caps.level == "message" and isinstance(self.transport, MessageTransport):
+            self._mesh = MessageMesh(engine_config, self.transport, self.clock, self._watch, seeds, make_sink)
+        else:
+            raise TransportError(
+                f"transport {self.transport.name!r} declares level {caps.level!r}: a FrameTransport moves "
+                "'frame's, a MessageTransport 'message's"
+            )
         self._dispatch = self._mesh.sink
         self._agent_port = AgentPort(self._dispatch, self._agent_changed, self._remove_agent,
                                      lambda: self._closed, self.settled)

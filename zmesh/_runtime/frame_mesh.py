@@ -63,7 +63,6 @@ class FrameMesh(Driver, Generic[S]):
         self.taken: Callable[[str, str], None] = engine.taken
         self.unhandled: Callable[[str, Message], None] = engine.unhandled
         self.forget_request: Callable[[RequestKey], None] = engine.forget_request
-        self.drop: Callable[..., None] = engine.drop
         self._seeds = [seeds] if isinstance(seeds, str) else list(seeds)
         for endpoint in self._seeds:
             transport.check_endpoint(endpoint)  # a typo fails here, not silently later
@@ -171,6 +170,9 @@ class FrameMesh(Driver, Generic[S]):
         return not self.engine.reliable.out
 
     # -- traffic ---------------------------------------------------------
+
+    def drop(self, reason: str, where: str, detail: str = "") -> None:
+        self.engine.drop(reason, where, detail)
 
     def try_send(self, msg: Message, now: float) -> str | None:
         engine = self.engine

@@ -87,18 +87,30 @@ class MeshPort(Protocol):
     in_drain: bool
     #: The node's monotonic clock, as the mesh reads it.
     now: Callable[[], float]
-    #: The route to a target (see the module docstring).
-    admit: Callable[[str], str | None]
-    #: As :meth:`admit` without flow control: where a target lives (None: nowhere).
-    route: Callable[[str], str | None]
-    #: A message from ``origin`` left ``agent``'s inbox: its credit goes back.
-    taken: Callable[[str, str], None]
-    #: A one-way qos >= 1 message was dropped here before its handler ran: its sender sends it again.
-    unhandled: Callable[[str, Message], None]
-    #: The caller no longer waits for request ``key`` (cancelled).
-    forget_request: Callable[[RequestKey], None]
-    #: Count a drop: ``(reason, where, detail)``.
-    drop: Callable[..., None]
+    def admit(self, target: str) -> str | None:
+        """The route to ``target`` (see the module docstring)."""
+        ...
+
+    def route(self, target: str) -> str | None:
+        """As :meth:`admit` without flow control: where a target lives (None: nowhere)."""
+        ...
+
+    def taken(self, origin: str, agent: str) -> None:
+        """A message from ``origin`` left ``agent``'s inbox: its credit goes back."""
+        ...
+
+    def unhandled(self, origin: str, msg: Message) -> None:
+        """One-way qos >= 1 ``msg`` was dropped here before its handler ran:
+        its sender sends it again (where the mesh does that)."""
+        ...
+
+    def forget_request(self, key: RequestKey) -> None:
+        """The caller no longer waits for request ``key`` (cancelled)."""
+        ...
+
+    def drop(self, reason: str, where: str, detail: str = "") -> None:
+        """Count (and log once per ``where`` and ``reason``) something dropped."""
+        ...
 
     @property
     def peers(self) -> list[str]: ...

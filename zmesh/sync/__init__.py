@@ -46,6 +46,7 @@ from ..registry import Registry
 from ..security import TrustSpec
 from ..store import Store
 from ..transport.base import Transport
+from ..transport.message import MessageTransport
 from ._agent import Agent, InPool, copy_docs
 from ._loop import BlockingCallWarning, LoopThread
 
@@ -94,7 +95,7 @@ class Node:
         mesh: str,
         *,
         name: str | None = None,
-        transport: str | Transport = "zmq",
+        transport: str | Transport | MessageTransport = "zmq",
         seeds: Iterable[str] = (),
         interfaces: str | Sequence[str] | None = None,
         discovery: bool | None = None,
@@ -276,7 +277,7 @@ class Node:
         return self._node.store
 
     @property
-    def transport(self) -> Transport:
+    def transport(self) -> Transport | MessageTransport:
         return self._node.transport
 
     @property

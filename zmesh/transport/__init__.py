@@ -1,7 +1,12 @@
-"""Transports: what moves frames between nodes (ZeroMQ, in-process).
+"""Transports: what moves frames or messages between nodes.
 
-See :mod:`zmesh.transport.base` for the interface and the capabilities a
-transport declares.
+A frame-level transport (:class:`FrameTransport`, also called
+:class:`Transport`: ZeroMQ, in-process) moves opaque frames and the node's
+engine speaks the mesh protocol over them (:mod:`zmesh.transport.base`). A
+message-level transport (:class:`MessageTransport`: a broker, the in-memory
+:class:`~zmesh.transport.memory.MemoryTransport`) routes whole messages
+itself and keeps membership its own way (:mod:`zmesh.transport.message`).
+Each declares its :class:`TransportCapabilities`; the node decides from them.
 """
 
 from __future__ import annotations
@@ -9,17 +14,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from .base import Transport, TransportCapabilities
+from .message import MessageHost, MessageTransport
+
+#: The frame-level transport interface (the same class as :class:`Transport`).
+FrameTransport = Transport
 
 if TYPE_CHECKING:
     from ..security import Security
 
-__all__ = ["Transport", "TransportCapabilities", "make_transport", "transport_class"]
+__all__ = ["FrameTransport", "MessageHost", "MessageTransport", "Transport", "TransportCapabilities",
+           "make_transport", "transport_class"]
 
 
-def transport_class(spec: str | Transport) -> type[Transport]:
+def transport_class(spec: str | Transport | MessageTransport) -> type[Transport] | type[MessageTransport]:
     """The class of the transport ``spec`` names (``"zmq"``, ``"inproc"``) or is;
     its ``capabilities`` say what it can do before one is made."""
-    if isinstance(spec, Transport):
+    if isinstance(spec, (Transport, MessageTransport)):
         return type(spec)
     if spec == "inproc":
         from .inproc import InprocTransport
@@ -33,9 +43,9 @@ def transport_class(spec: str | Transport) -> type[Transport]:
 
 
 def make_transport(
-    spec: str | Transport, interfaces: str | Sequence[str] | None, port: int = 0, pub_port: int = 0,
+    spec: str | Transport | MessageTransport, interfaces: str | Sequence[str] | None, port: int = 0, pub_port: int = 0,
     security: Security | None = None,
-) -> Transport:
+) -> Transport | MessageTransport:
     """A transport from its name (``"zmq"``, ``"inproc"``) or the instance itself.
 
     ``port``, ``pub_port`` (0: any free port) and ``security`` with a key
@@ -48,7 +58,7 @@ def make_transport(
         raise ValueError("port= and pub_port= are for the 'zmq' transport (a Transport instance sets its own)")
     if security is not None and security.keyed and spec != "zmq":
         raise ValueError("key= and trusted= are for the 'zmq' transport (a Transport instance sets its own)")
-    if isinstance(spec, Transport):
+    if isinstance(spec, (Transport, MessageTransport)):
         return spec
     cls = transport_class(spec)  # the factory's own table of names
     if spec == "zmq":

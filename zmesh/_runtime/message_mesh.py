@@ -1,0 +1,478 @@
+"""The message mesh (internal): :class:`~zmesh._runtime.port.MeshPort` over a
+:class:`~zmesh.transport.message.MessageTransport`, a transport that routes
+whole messages itself (a broker).
+
+No handshake, no links, no liveness of our own: the broker delivers, and
+keeps membership as records (one per node, gone when the node is). What the
+mesh protocol does over frames is done here over addresses:
+
+* every hosted agent, and the node itself, is an address it listens on; a
+  message goes to its target's address, a reply to its requester's;
+* an agent's subscriptions are patterns the node subscribes to; a
+  publication is fanned out to the local agents whose patterns match;
+* this node's record (its agents, capabilities and subscriptions) is put on
+  every change; the others' records fill the registry, and a record that
+  is gone takes its node's agents with it and fails the requests sent there
+  (PeerLost);
+* a node that reads a record answers its node with the record's ``seq``
+  (a message on :data:`RECORD_SEEN` to its node address), so
+  ``settled()`` means what it means over frames: every peer has the latest;
+* a request's deadline is a timer on the node's clock.
+
+Flow control is the broker's: :meth:`MessageMesh.admit` always has credit.
+QoS is too: a broker delivers what it accepted as its own guarantees say,
+so acknowledgements and retransmits are not duplicated here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import Counter
+from typing import Any, Callable, Generic, Iterable, TypeVar
+
+import msgpack
+
+from .._engine import EngineConfig
+from .._engine.config import HEADER_ALLOWANCE, MAX_LOGGED_DROPS
+from .._wire import codec
+from .._wire.frames import decode_item
+from .._wire.names import node_address, printable
+from ..clock import Clock, SystemClock, TimerHandle
+from ..errors import FrameError, InvalidMessage, NodeClosed, PeerLost, Timeout, TransportError, ZmeshError
+from ..message import Message
+from ..registry import NodeRecord, Registry, parse_record
+from ..topics import matches
+from ..transport.message import MessageTransport
+from .frame_mesh import LEARN_WINDOW
+from .port import MeshSink, RequestKey
+from .watch import Watch
+
+__all__ = ["MessageMesh"]
+
+log = logging.getLogger("zmesh")
+
+S = TypeVar("S", bound=MeshSink)
+
+#: The origin of a message whose sender's node is not in the registry (yet).
+UNKNOWN_ORIGIN = "?"
+#: The topic of "I have your record up to this seq", from node address to node address.
+RECORD_SEEN = "zmesh.record_seen"
+
+
+class _Pending:
+    __slots__ = ("node_id", "timer", "message", "timeout")
+
+    def __init__(self, node_id: str, timer: TimerHandle | None, message: Message, timeout: float) -> None:
+        self.node_id = node_id
+        self.timer = timer
+        self.message = message
+        self.timeout = timeout
+
+
+class MessageMesh(Generic[S]):
+    """A mesh over ``transport``; ``make_sink`` makes the runtime side, as for
+    :class:`~zmesh._runtime.frame_mesh.FrameMesh`."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        transport: MessageTransport,
+        clock: Clock,
+        watch: Watch,
+        seeds: Iterable[str],
+        make_sink: Callable[[MessageMesh[S]], S],
+    ) -> None:
+        if list(seeds):
+            raise TransportError(
+                f"transport {transport.name!r} routes whole messages: its nodes meet at its broker, not at seeds"
+            )
+        self.config = config
+        self.transport = transport
+        self.clock = clock
+        self.watch = watch
+        self.node_id = config.node_id
+        self.registry = Registry(config.node_id)
+        self.max_frame = config.max_payload + HEADER_ALLOWANCE
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.in_drain = False  # every arrival is its own callback: nothing waits for a drain's end
+        self.now: Callable[[], float] = time.monotonic if type(clock) is SystemClock else clock.monotonic
+        self.discovery = None
+        self.running = False
+        self.started_at = -math.inf
+        self._loaded = False
+        self._agents: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+        self._patterns: Counter[str] = Counter()
+        self._seq = 0
+        self._seen_by: dict[str, int] = {}  # peer -> the latest seq of our record it has
+        self._pending: dict[RequestKey, _Pending] = {}
+        self._pack = codec.ItemPacker(config.encoder)
+        self._closed = False
+        self.messages_sent = 0
+        self.messages_received = 0
+        self.counters: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self._logged: set[tuple[str, str]] = set()
+        self.registry.merge(self._record())
+        self.sink: S = make_sink(self)
+
+    # -- lifecycle -------------------------------------------------------
+
+    async def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        await self.transport.start(self, self.config.mesh, self.node_id, loop)
+        self.running = True
+        self.started_at = time.monotonic()
+        self.transport.listen(node_address(self.node_id))
+        for agent_id in self._agents:
+            self.transport.listen(agent_id)
+        for pattern in self._patterns:
+            self.transport.subscribe(pattern)
+        self._put_record()
+
+    async def discover(self, enabled: bool | None) -> None:
+        """Nothing to discover: the broker is where nodes meet."""
+
+    async def leave(self) -> None:
+        self.running = False
+        self._closed = True
+        for key, pending in list(self._pending.items()):
+            self._finish(key, pending)
+            self.sink.resolved(key, None, NodeClosed("the node was closed"))
+
+    async def close(self, started: bool) -> None:
+        self.watch.wake()
+        if started:
+            await self.transport.close()
+
+    # -- membership ------------------------------------------------------
+
+    @property
+    def peers(self) -> list[str]:
+        return sorted(r.node_id for r in self.registry.nodes() if r.node_id != self.node_id)
+
+    @property
+    def joining(self) -> bool:
+        return self.running and not self._loaded
+
+    def learning_until(self) -> float:
+        return math.inf if self.joining else self.watch.last_joined + LEARN_WINDOW
+
+    def connect(self, endpoint: str) -> None:
+        raise TransportError(f"transport {self.transport.name!r} routes whole messages: nodes meet at its broker")
+
+    def peer_endpoint(self, node_id: str) -> str | None:
+        return None
+
+    def trust_changed(self, admitted: frozenset[str], revoked: frozenset[str], started: bool) -> None:
+        """Keys are the broker's business here (its own authentication)."""
+
+    def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str]) -> None:
+        old = self._agents.get(agent_id)
+        self._agents[agent_id] = (capabilities, subscriptions)
+        if self.running and old is None:
+            self.transport.listen(agent_id)
+        self._repattern(old[1] if old is not None else frozenset(), subscriptions)
+        self._record_changed()
+
+    def remove_agent(self, agent_id: str) -> None:
+        old = self._agents.pop(agent_id, None)
+        if old is None:
+            return
+        if self.running:
+            self.transport.unlisten(agent_id)
+        self._repattern(old[1], frozenset())
+        self._record_changed()
+
+    def _repattern(self, old: frozenset[str], new: frozenset[str]) -> None:
+        for pattern in new - old:
+            self._patterns[pattern] += 1
+            if self._patterns[pattern] == 1 and self.running:
+                self.transport.subscribe(pattern)
+        for pattern in old - new:
+            self._patterns[pattern] -= 1
+            if self._patterns[pattern] == 0:
+                del self._patterns[pattern]
+                if self.running:
+                    self.transport.unsubscribe(pattern)
+
+    def _record(self) -> NodeRecord:
+        agents = self._agents
+        return NodeRecord(
+            node_id=self.node_id, incarnation=self.config.incarnation, mesh=self.config.mesh,
+            version=self.config.version, router="", pub="", routers=(), pubs=(), seq=self._seq,
+            agents={a: caps for a, (caps, _) in agents.items()},
+            subs={a: subs for a, (_, subs) in agents.items() if subs},
+            max_payload=self.config.max_payload,
+        )
+
+    def _record_changed(self) -> None:
+        self._seq += 1
+        self.registry.merge(self._record())
+        if self.running:
+            self._put_record()
+
+    def _put_record(self) -> None:
+        self.transport.put_record(msgpack.packb(self._record().to_wire()))
+
+    def is_settled(self) -> bool:
+        """Has every peer told us it has our latest record?"""
+        seen = self._seen_by
+        return all(seen.get(peer, -1) >= self._seq for peer in self.peers)
+
+    def all_acked(self) -> bool:
+        return True  # acknowledgements are the broker's
+
+    # -- traffic ---------------------------------------------------------
+
+    def route(self, target: str) -> str | None:
+        if target in self._agents:
+            return self.node_id
+        node_id = self.registry.node_of(target)
+        if node_id is None and target.startswith("zmesh.node."):
+            named = target[len("zmesh.node."):]
+            return named if named == self.node_id or named in self.registry else None
+        return node_id
+
+    admit = route  # flow control is the broker's: a known target always has credit
+
+    def taken(self, origin: str, agent: str) -> None:
+        """Credit is the broker's: nothing to give back."""
+
+    def unhandled(self, origin: str, msg: Message) -> None:
+        """A qos >= 1 message dropped before its handler ran: the broker
+        delivered it once, and nobody here sends it again."""
+        self.drop("unhandled", msg.target, "dropped before its handler ran")
+        self.sink.dead(msg, "busy", "dropped before its handler ran (a message-level mesh does not send it again)",
+                       msg.target)
+
+    def forget_request(self, key: RequestKey) -> None:
+        pending = self._pending.pop(key, None)
+        if pending is not None and pending.timer is not None:
+            pending.timer.cancel()
+
+    def drop(self, reason: str, where: str, detail: str = "") -> None:
+        self.dropped[reason] += 1
+        key = (where, reason)
+        if key not in self._logged and len(self._logged) < MAX_LOGGED_DROPS:
+            self._logged.add(key)
+            log.warning("zmesh %s: dropped input from %s: %s%s (logged once per peer and reason)",
+                        self.node_id, printable(where) or "unknown", reason, f" ({detail})" if detail else "")
+
+    def _encode(self, msg: Message, node_id: str | None) -> bytes:
+        limit = self.config.max_payload
+        if node_id is not None and node_id != self.node_id:
+            limit = min(limit, self.registry.max_payload(node_id) or limit)
+        item = codec.encode_message(msg, self.config.max_payload, self._pack)
+        if len(item) > limit:
+            raise codec.too_big(msg, len(item), limit, f" of node {node_id!r}", self._pack)
+        return item
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NodeClosed(f"node {self.node_id!r} is closed")
+
+    def try_send(self, msg: Message, now: float) -> str | None:
+        self._check_open()
+        route = self.route(msg.target)
+        if route is not None:
+            self.send(msg, route, now)
+        return route
+
+    def send(self, msg: Message, route: str, now: float) -> None:
+        self._check_open()
+        self.transport.send(msg.target, self._encode(msg, route))
+        self.messages_sent += 1
+
+    def end_batch(self) -> None:
+        """The transport sends as it goes: nothing is batched here."""
+
+    def hold(self) -> None:
+        """The transport sends as it goes: nothing is batched here."""
+
+    def request(self, msg: Message, deadline: float, now: float, route: str) -> RequestKey | None:
+        self._check_open()
+        key = (msg.reply_to, msg.correlation_id)
+        if key in self._pending:
+            raise InvalidMessage(f"a request with correlation id {msg.correlation_id!r} is already pending")
+        data = self._encode(msg, route)
+        timeout = deadline - now
+        timer = self.clock.call_later(max(0.0, timeout), lambda: self._expired(key))
+        self._pending[key] = _Pending(route, timer, msg, timeout)
+        self.transport.send(msg.target, data)
+        self.messages_sent += 1
+        self.counters["requests_sent"] += 1
+        return key
+
+    def _finish(self, key: RequestKey, pending: _Pending) -> None:
+        self._pending.pop(key, None)
+        if pending.timer is not None:
+            pending.timer.cancel()
+
+    def _expired(self, key: RequestKey) -> None:
+        pending = self._pending.pop(key, None)
+        if pending is None:
+            return
+        msg = pending.message
+        self.sink.resolved(key, None, Timeout(
+            f"no reply from {msg.target!r} to {msg.topic!r} within {pending.timeout:.3g} s"))
+
+    def reply(self, request: Message, status: str, payload: Any) -> None:
+        target = request.reply_to or request.sender
+        reply = Message("result", request.target, target, request.topic, payload, request.correlation_id, "",
+                        request.priority, request.qos, None, self.config.wall_clock(), request.trace_id, status,
+                        self.config.new_id())
+        route = self.route(target)
+        try:
+            data = self._encode(reply, route)
+        except InvalidMessage as exc:
+            self.drop("unencodable_reply", reply.sender, str(exc)[:200])
+            self.sink.dead(Message(reply.type, reply.sender, reply.target, reply.topic, None, reply.correlation_id,
+                                   "", reply.priority, reply.qos, None, reply.timestamp, reply.trace_id, "error",
+                                   reply.id), "handler_error", f"its result cannot be sent: {exc}", reply.target)
+            reply.status = "error"
+            reply.payload = {"type": "InvalidMessage", "message": str(exc)[:512]}
+            data = self._encode(reply, route)
+        if route is None:
+            self.sink.dead(reply, "not_found", "the requester is gone", target)
+            return
+        self.transport.send(target, data)
+
+    def handled(self, origin: str, msg: Message) -> None:
+        """Acknowledgements are the broker's."""
+
+    def broadcast(self, msg: Message) -> int:
+        self._check_open()
+        data = self._encode(msg, None)
+        reached = sum(1 for agent_id, _ in self.registry.subscribers(msg.topic) if agent_id != msg.sender)
+        self.transport.publish(msg.topic, data)
+        self.counters["broadcasts"] += 1
+        return reached
+
+    def handler_ended(self) -> None:
+        """Nothing waits to be carried out: every call here goes out at once."""
+
+    def pump(self) -> None:
+        """Nothing waits to be carried out: every call here goes out at once."""
+
+    # -- what the transport tells (MessageHost) ----------------------------
+
+    def _decoded(self, data: bytes) -> Message | None:
+        try:
+            item = decode_item(data)
+            if not item or item[0] != codec.MSG:
+                raise FrameError("malformed", "not a message")
+            msg = codec.message_from_item(item)
+            decoder = self.config.decoder
+            if decoder is not None:
+                msg.payload = codec.decode_payload(msg.payload, decoder)
+        except FrameError as exc:
+            self.drop(exc.reason, "broker", exc.detail)
+            return None
+        except ZmeshError as exc:
+            self.drop("rejected", "broker", str(exc))
+            return None
+        except Exception as exc:  # the node's decoder raised
+            self.drop("decoder_error", "broker", f"{type(exc).__name__}: {exc}"[:200])
+            return None
+        return msg
+
+    def on_message(self, data: bytes) -> None:
+        msg = self._decoded(data)
+        if msg is None or not self.running:
+            return
+        self.messages_received += 1
+        if msg.type == "result" and msg.correlation_id:
+            key = (msg.target, msg.correlation_id)
+            pending = self._pending.get(key)
+            if pending is None:
+                self.counters["late_replies"] += 1
+                return
+            self._finish(key, pending)
+            self.sink.resolved(key, msg, None)
+            return
+        origin = self.registry.node_of(msg.sender) or UNKNOWN_ORIGIN
+        if msg.target in self._agents:
+            self.sink.deliver(msg.target, msg, False, origin, len(data))
+        elif msg.target == node_address(self.node_id):
+            if msg.topic == RECORD_SEEN and msg.sender.startswith("zmesh.node."):
+                self._record_seen(msg.sender[len("zmesh.node."):], msg.payload)
+                return
+            self.sink.node_message(msg, origin)
+        else:
+            why = f"agent {msg.target!r} is not registered on node {self.node_id!r}"
+            self.sink.dead(msg, "not_found", why, msg.target)
+            if msg.correlation_id:
+                self.reply(msg, "not_found", why)
+
+    def on_publication(self, data: bytes) -> None:
+        msg = self._decoded(data)
+        if msg is None or not self.running:
+            return
+        self.messages_received += 1
+        for agent_id, (_, subs) in list(self._agents.items()):
+            if agent_id != msg.sender and subs and any(matches(p, msg.topic) for p in subs):
+                self.sink.deliver(agent_id, msg, True, "", len(data))
+
+    def on_record(self, node_id: str, data: bytes | None) -> None:
+        if node_id == self.node_id or not self.running:
+            return
+        if data is None:
+            events = self.registry.remove(node_id, "left")
+            for key, pending in list(self._pending.items()):
+                if pending.node_id == node_id and not pending.message.qos:
+                    self._finish(key, pending)
+                    self.sink.resolved(key, None, PeerLost(f"node {node_id!r} left before replying"))
+        else:
+            try:
+                record = parse_record(msgpack.unpackb(data, raw=False, strict_map_key=False))
+            except FrameError as exc:
+                self.drop(exc.reason, node_id, exc.detail)
+                return
+            except Exception as exc:  # msgpack raises many types on garbage
+                self.drop("malformed", node_id, type(exc).__name__)
+                return
+            if record.mesh != self.config.mesh or record.node_id != node_id:
+                self.drop("malformed", node_id, "a record of another mesh or node")
+                return
+            events = self.registry.merge(record)
+            self._tell_seen(node_id, record.seq)
+        for event in events:
+            self.watch.emit(event)
+        if data is None:
+            self._seen_by.pop(node_id, None)
+            self.watch.wake()  # one peer fewer to wait for
+
+    def _tell_seen(self, node_id: str, seq: int) -> None:
+        me = node_address(self.node_id)
+        note = Message("notify", me, node_address(node_id), RECORD_SEEN, seq, timestamp=self.config.wall_clock(),
+                       id=self.config.new_id())
+        self.transport.send(note.target, codec.encode_message(note, self.config.max_payload, self._pack))
+
+    def _record_seen(self, node_id: str, seq: Any) -> None:
+        if seq.__class__ is int and seq > self._seen_by.get(node_id, -1):
+            self._seen_by[node_id] = seq
+            self.watch.wake()
+
+    def on_records_loaded(self) -> None:
+        self._loaded = True
+        self.watch.wake()
+
+    def on_transport_drop(self, reason: str, where: str) -> None:
+        self.drop(reason, where)
+
+    # -- what it tells -----------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.counters)
+        out["messages_sent"] = self.messages_sent
+        out["messages_received"] = self.messages_received
+        out["dropped"] = dict(self.dropped)
+        out["dropped_total"] = sum(self.dropped.values())
+        out["pending_requests"] = len(self._pending)
+        out["unacked"] = 0
+        out["peers"] = len(self.peers)
+        out["transport"] = self.transport.stats()
+        return out
