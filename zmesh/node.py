@@ -22,9 +22,10 @@ from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from ._engine import EngineConfig, first_endpoint
 from ._engine.identity import parse_policy
 from ._runtime.context import current_trace_id, trace_context
-from ._runtime.dispatch import AgentPort, Dispatch, RuntimeConfig
-from ._runtime.frame_mesh import FrameMesh
-from ._runtime.message_mesh import MessageMesh
+from ._runtime.agent_port import AgentPort
+from ._runtime.config import RuntimeConfig
+from ._runtime.dispatch import Dispatch
+from ._runtime.meshes import open_mesh
 from ._runtime.port import MeshPort
 from ._runtime.inbox import DEFAULT_CONCURRENCY, DEFAULT_INBOX, DEFAULT_INBOX_BYTES
 from ._runtime.loop_watch import DEFAULT_BLOCK_WARNING, unwatch_loop, watch_loop
@@ -222,17 +223,7 @@ class Node:
         def make_sink(mesh: MeshPort) -> Dispatch:
             return make_dispatch(tracing, runtime, mesh, self._agents, self._watch, self.stats)
 
-        # The mesh is chosen by what the transport says it moves, never by its name.
-        self._mesh: FrameMesh[Dispatch] | MessageMesh[Dispatch]
-        if caps.level == "frame" and isinstance(self.transport, Transport):
-            self._mesh = FrameMesh(engine_config, self.transport, self.clock, self._watch, seeds, make_sink)
-        elif caps.level == "message" and isinstance(self.transport, MessageTransport):
-            self._mesh = MessageMesh(engine_config, self.transport, self.clock, self._watch, seeds, make_sink)
-        else:
-            raise TransportError(
-                f"transport {self.transport.name!r} declares level {caps.level!r}: a FrameTransport moves "
-                "'frame's, a MessageTransport 'message's"
-            )
+        self._mesh = open_mesh(engine_config, self.transport, self.clock, self._watch, seeds, make_sink)
         self._dispatch = self._mesh.sink
         self._agent_port = AgentPort(self._dispatch, self._agent_changed, self._remove_agent,
                                      lambda: self._closed, self.settled)

@@ -31,7 +31,8 @@ from .routes import Routes
 from .watch import Watch
 
 if TYPE_CHECKING:
-    from .dispatch import Dispatch, RuntimeConfig
+    from .config import RuntimeConfig
+    from .dispatch import Dispatch
 
 __all__ = ["Delivery"]
 

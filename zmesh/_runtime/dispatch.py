@@ -10,10 +10,9 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ..clock import Clock, SystemClock
+from ..clock import SystemClock
 from ..deadletters import DeadLetter, DeadLetters
 from ..errors import (
     AgentNotRegistered,
@@ -28,13 +27,14 @@ from ..message import Message, new_trace_id
 from ..observer import Observer, Receipt
 from .context import trace_var
 from .delivery import Delivery
+from .config import RuntimeConfig
 from .handlers import HandlerTasks
 from .port import HostedAgent, MeshPort, RequestKey
 from .remote import reply_error
 from .stats import answer
 from .watch import Watch
 
-__all__ = ["Dispatch", "AgentPort", "RuntimeConfig"]
+__all__ = ["Dispatch"]
 
 log = logging.getLogger("zmesh")
 
@@ -43,51 +43,6 @@ log = logging.getLogger("zmesh")
 YIELD_EVERY = 256
 #: How often such a wait looks again, at least (real seconds; every mesh event wakes it too).
 KNOWN_RECHECK = 0.25
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeConfig:
-    """What the runtime knows of its node."""
-
-    node_id: str
-    mesh: str
-    clock: Clock
-    #: How long a send without a timeout waits for a target the mesh is still learning of.
-    settle_timeout: float
-    dead_letter_capacity: int
-    #: Threads for plain handlers: None, a pool per agent; N, one pool of N.
-    workers: int | None
-
-
-class AgentPort:
-    """The node as its agents see it: an :class:`zmesh.agent.AgentHost`."""
-
-    def __init__(
-        self,
-        dispatch: Dispatch,
-        changed: Callable[[Any], None],
-        remove: Callable[[str], None],
-        is_closed: Callable[[], bool],
-        settled: Callable[[], Any],
-    ) -> None:
-        self.clock: Clock = dispatch.config.clock
-        self.stamp = dispatch.stamp
-        self.send_now = dispatch.send_now
-        self.send = dispatch.send
-        self.request = dispatch.request
-        self.reply = dispatch.reply
-        self.broadcast = dispatch.broadcast
-        self.changed = changed
-        self.remove = remove
-        self._is_closed = is_closed
-        self._settled = settled
-
-    @property
-    def closed(self) -> bool:
-        return self._is_closed()
-
-    async def settled(self) -> bool:
-        return bool(await self._settled())
 
 
 class Dispatch:

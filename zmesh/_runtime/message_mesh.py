@@ -11,12 +11,9 @@ mesh protocol does over frames is done here over addresses:
 * an agent's subscriptions are patterns the node subscribes to; a
   publication is fanned out to the local agents whose patterns match;
 * this node's record (its agents, capabilities and subscriptions) is put on
-  every change; the others' records fill the registry, and a record that
-  is gone takes its node's agents with it and fails the requests sent there
-  (PeerLost);
-* a node that reads a record answers its node with the record's ``seq``
-  (a message on :data:`RECORD_SEEN` to its node address), so
-  ``settled()`` means what it means over frames: every peer has the latest;
+  every change; the others' records fill the registry (:mod:`.message_records`),
+  and a record that is gone takes its node's agents with it and fails the
+  requests sent there (PeerLost);
 * a request's deadline is a timer on the node's clock.
 
 Flow control is the broker's: :meth:`MessageMesh.admit` always has credit.
@@ -33,8 +30,6 @@ import time
 from collections import Counter
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
-import msgpack
-
 from .._engine import EngineConfig
 from .._engine.config import HEADER_ALLOWANCE, MAX_LOGGED_DROPS
 from .._wire import codec
@@ -43,10 +38,10 @@ from .._wire.names import node_address, printable
 from ..clock import Clock, SystemClock, TimerHandle
 from ..errors import FrameError, InvalidMessage, NodeClosed, PeerLost, Timeout, TransportError, ZmeshError
 from ..message import Message
-from ..registry import NodeRecord, Registry, parse_record
 from ..topics import matches
 from ..transport.message import MessageTransport
 from .frame_mesh import LEARN_WINDOW
+from .message_records import Records
 from .port import MeshSink, RequestKey
 from .watch import Watch
 
@@ -58,8 +53,6 @@ S = TypeVar("S", bound=MeshSink)
 
 #: The origin of a message whose sender's node is not in the registry (yet).
 UNKNOWN_ORIGIN = "?"
-#: The topic of "I have your record up to this seq", from node address to node address.
-RECORD_SEEN = "zmesh.record_seen"
 
 
 class _Pending:
@@ -94,7 +87,6 @@ class MessageMesh(Generic[S]):
         self.clock = clock
         self.watch = watch
         self.node_id = config.node_id
-        self.registry = Registry(config.node_id)
         self.max_frame = config.max_payload + HEADER_ALLOWANCE
         self.loop: asyncio.AbstractEventLoop | None = None
         self.in_drain = False  # every arrival is its own callback: nothing waits for a drain's end
@@ -102,11 +94,6 @@ class MessageMesh(Generic[S]):
         self.discovery = None
         self.running = False
         self.started_at = -math.inf
-        self._loaded = False
-        self._agents: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
-        self._patterns: Counter[str] = Counter()
-        self._seq = 0
-        self._seen_by: dict[str, int] = {}  # peer -> the latest seq of our record it has
         self._pending: dict[RequestKey, _Pending] = {}
         self._pack = codec.ItemPacker(config.encoder)
         self._closed = False
@@ -115,7 +102,9 @@ class MessageMesh(Generic[S]):
         self.counters: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
         self._logged: set[tuple[str, str]] = set()
-        self.registry.merge(self._record())
+        self.records = Records(config, transport, self._pack, self.drop)
+        self.registry = self.records.registry
+        self._agents = self.records.agents  # what is hosted here (the records keep it)
         self.sink: S = make_sink(self)
 
     # -- lifecycle -------------------------------------------------------
@@ -125,18 +114,14 @@ class MessageMesh(Generic[S]):
         await self.transport.start(self, self.config.mesh, self.node_id, loop)
         self.running = True
         self.started_at = time.monotonic()
-        self.transport.listen(node_address(self.node_id))
-        for agent_id in self._agents:
-            self.transport.listen(agent_id)
-        for pattern in self._patterns:
-            self.transport.subscribe(pattern)
-        self._put_record()
+        self.records.go_live()
 
     async def discover(self, enabled: bool | None) -> None:
         """Nothing to discover: the broker is where nodes meet."""
 
     async def leave(self) -> None:
         self.running = False
+        self.records.live = False
         self._closed = True
         for key, pending in list(self._pending.items()):
             self._finish(key, pending)
@@ -151,11 +136,11 @@ class MessageMesh(Generic[S]):
 
     @property
     def peers(self) -> list[str]:
-        return sorted(r.node_id for r in self.registry.nodes() if r.node_id != self.node_id)
+        return self.records.peers
 
     @property
     def joining(self) -> bool:
-        return self.running and not self._loaded
+        return self.running and not self.records.loaded
 
     def learning_until(self) -> float:
         return math.inf if self.joining else self.watch.last_joined + LEARN_WINDOW
@@ -170,57 +155,13 @@ class MessageMesh(Generic[S]):
         """Keys are the broker's business here (its own authentication)."""
 
     def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str]) -> None:
-        old = self._agents.get(agent_id)
-        self._agents[agent_id] = (capabilities, subscriptions)
-        if self.running and old is None:
-            self.transport.listen(agent_id)
-        self._repattern(old[1] if old is not None else frozenset(), subscriptions)
-        self._record_changed()
+        self.records.set_agent(agent_id, capabilities, subscriptions)
 
     def remove_agent(self, agent_id: str) -> None:
-        old = self._agents.pop(agent_id, None)
-        if old is None:
-            return
-        if self.running:
-            self.transport.unlisten(agent_id)
-        self._repattern(old[1], frozenset())
-        self._record_changed()
-
-    def _repattern(self, old: frozenset[str], new: frozenset[str]) -> None:
-        for pattern in new - old:
-            self._patterns[pattern] += 1
-            if self._patterns[pattern] == 1 and self.running:
-                self.transport.subscribe(pattern)
-        for pattern in old - new:
-            self._patterns[pattern] -= 1
-            if self._patterns[pattern] == 0:
-                del self._patterns[pattern]
-                if self.running:
-                    self.transport.unsubscribe(pattern)
-
-    def _record(self) -> NodeRecord:
-        agents = self._agents
-        return NodeRecord(
-            node_id=self.node_id, incarnation=self.config.incarnation, mesh=self.config.mesh,
-            version=self.config.version, router="", pub="", routers=(), pubs=(), seq=self._seq,
-            agents={a: caps for a, (caps, _) in agents.items()},
-            subs={a: subs for a, (_, subs) in agents.items() if subs},
-            max_payload=self.config.max_payload,
-        )
-
-    def _record_changed(self) -> None:
-        self._seq += 1
-        self.registry.merge(self._record())
-        if self.running:
-            self._put_record()
-
-    def _put_record(self) -> None:
-        self.transport.put_record(msgpack.packb(self._record().to_wire()))
+        self.records.remove_agent(agent_id)
 
     def is_settled(self) -> bool:
-        """Has every peer told us it has our latest record?"""
-        seen = self._seen_by
-        return all(seen.get(peer, -1) >= self._seq for peer in self.peers)
+        return self.records.is_settled()
 
     def all_acked(self) -> bool:
         return True  # acknowledgements are the broker's
@@ -397,8 +338,8 @@ class MessageMesh(Generic[S]):
         if msg.target in self._agents:
             self.sink.deliver(msg.target, msg, False, origin, len(data))
         elif msg.target == node_address(self.node_id):
-            if msg.topic == RECORD_SEEN and msg.sender.startswith("zmesh.node."):
-                self._record_seen(msg.sender[len("zmesh.node."):], msg.payload)
+            if self.records.seen(msg):
+                self.watch.wake()  # settled() may be true now
                 return
             self.sink.node_message(msg, origin)
         else:
@@ -419,45 +360,19 @@ class MessageMesh(Generic[S]):
     def on_record(self, node_id: str, data: bytes | None) -> None:
         if node_id == self.node_id or not self.running:
             return
+        events = self.records.heard(node_id, data)
         if data is None:
-            events = self.registry.remove(node_id, "left")
             for key, pending in list(self._pending.items()):
-                if pending.node_id == node_id and not pending.message.qos:
+                if pending.node_id == node_id:
                     self._finish(key, pending)
                     self.sink.resolved(key, None, PeerLost(f"node {node_id!r} left before replying"))
-        else:
-            try:
-                record = parse_record(msgpack.unpackb(data, raw=False, strict_map_key=False))
-            except FrameError as exc:
-                self.drop(exc.reason, node_id, exc.detail)
-                return
-            except Exception as exc:  # msgpack raises many types on garbage
-                self.drop("malformed", node_id, type(exc).__name__)
-                return
-            if record.mesh != self.config.mesh or record.node_id != node_id:
-                self.drop("malformed", node_id, "a record of another mesh or node")
-                return
-            events = self.registry.merge(record)
-            self._tell_seen(node_id, record.seq)
         for event in events:
             self.watch.emit(event)
         if data is None:
-            self._seen_by.pop(node_id, None)
-            self.watch.wake()  # one peer fewer to wait for
-
-    def _tell_seen(self, node_id: str, seq: int) -> None:
-        me = node_address(self.node_id)
-        note = Message("notify", me, node_address(node_id), RECORD_SEEN, seq, timestamp=self.config.wall_clock(),
-                       id=self.config.new_id())
-        self.transport.send(note.target, codec.encode_message(note, self.config.max_payload, self._pack))
-
-    def _record_seen(self, node_id: str, seq: Any) -> None:
-        if seq.__class__ is int and seq > self._seen_by.get(node_id, -1):
-            self._seen_by[node_id] = seq
-            self.watch.wake()
+            self.watch.wake()  # one peer fewer for settled() to wait for
 
     def on_records_loaded(self) -> None:
-        self._loaded = True
+        self.records.loaded = True
         self.watch.wake()
 
     def on_transport_drop(self, reason: str, where: str) -> None:

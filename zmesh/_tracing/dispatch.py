@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from .._runtime.dispatch import Dispatch, RuntimeConfig
+from .._runtime.config import RuntimeConfig
+from .._runtime.dispatch import Dispatch
 from .._runtime.port import HostedAgent, MeshPort
 from .._runtime.watch import Watch
 

@@ -38,7 +38,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from .._runtime.context import trace_var
 from .._runtime.delivery import Delivery
-from .._runtime.dispatch import Dispatch, RuntimeConfig
+from .._runtime.config import RuntimeConfig
+from .._runtime.dispatch import Dispatch
 from .._runtime.handoff import HANDOFF_TOPIC
 from .._runtime.inbox import Entry, Inbox
 from .._runtime.port import HostedAgent, MeshPort

@@ -22,86 +22,25 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from zeroconf import IPVersion, ServiceInfo, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
 from .._wire.names import printable
-from ..errors import SecurityError
 from ..security import check_public_key
-from ..interfaces import InterfaceScope, rank_reachable
+from ..interfaces import InterfaceScope
+from .adverts import MAX_TXT_ENTRY, Malformed, PeerAdvert, check_port, instance_label, parse_advert, txt_entry_ok
 from .sockets import confine_to_scope
 
 __all__ = ["MdnsDiscovery", "PeerAdvert", "instance_label"]
 
 _LOG = logging.getLogger("zmesh.discovery")
-_TXT_KEYS = ("mesh", "node", "inc", "v", "rp", "pp")
-_MAX_TXT_ENTRY = 255
-_MAX_LABEL = 63
-_LABEL_OK = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?")
 _RESOLVE_TIMEOUT_MS = 3000
 _REGISTER_ATTEMPTS = 3
 _REGISTER_RETRY = 0.5  # seconds before the second attempt; twice that before the third
-
-
-@dataclass(frozen=True)
-class PeerAdvert:
-    """A peer as seen through mDNS: identity, reachable addresses and ports."""
-
-    node_id: str
-    incarnation: str
-    mesh: str
-    version: int
-    addresses: tuple[str, ...]
-    router_port: int
-    pub_port: int
-    public_key: str = ""  # keyed nodes: their CurveZMQ public key (Z85)
-
-    def _endpoints(self, port: int) -> list[str]:
-        suffix = f"#{self.public_key}" if self.public_key else ""
-        return [f"tcp://{addr}:{port}{suffix}" for addr in self.addresses]
-
-    def router_endpoints(self) -> list[str]:
-        """ZeroMQ endpoints of the peer's ROUTER socket, best first (with ``#KEY`` if keyed)."""
-        return self._endpoints(self.router_port)
-
-    def pub_endpoints(self) -> list[str]:
-        """ZeroMQ endpoints of the peer's PUB socket, best first (with ``#KEY`` if keyed)."""
-        return self._endpoints(self.pub_port)
-
-
-def instance_label(node_id: str, incarnation: str, mesh: str = "") -> str:
-    """DNS-SD instance label for a node: readable node id plus a short hash.
-
-    The result is a valid DNS label of at most 63 bytes.  The hash of
-    (mesh, node id, incarnation) keeps the name unique even after sanitising
-    or truncating the node id, lets two meshes on one LAN use the same node
-    ids, and gives a restarted node a fresh name so that the previous
-    incarnation's goodbye packets cannot withdraw it.
-    """
-    digest = hashlib.sha1(f"{mesh}\0{node_id}\0{incarnation}".encode()).hexdigest()[:10]
-    readable = re.sub(r"[^A-Za-z0-9-]+", "-", node_id).strip("-")[: _MAX_LABEL - len(digest) - 1]
-    readable = readable.strip("-")
-    label = f"{readable}-{digest}" if readable else f"zmesh-{digest}"
-    assert _LABEL_OK.fullmatch(label) and len(label) <= _MAX_LABEL
-    return label
-
-
-def _txt_entry_ok(key: str, value: str) -> bool:
-    """True when ``key=value`` fits one TXT string."""
-    return len(key.encode()) + 1 + len(value.encode()) <= _MAX_TXT_ENTRY
-
-
-def _check_port(name: str, port: int) -> None:
-    """Validate a TCP port number."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise ValueError(f"{name} must be an int in 1..65535, got {port!r}")
 
 
 def _keep_own_questions(zc: Any, scope: InterfaceScope) -> None:
@@ -121,15 +60,6 @@ def _keep_own_questions(zc: Any, scope: InterfaceScope) -> None:
     """
     if len(scope.addresses) > 1:
         zc.question_history = type(zc.question_history)()
-
-
-class _Malformed(Exception):
-    """A record we cannot use; ``reason`` becomes the stats counter."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
 
 
 class MdnsDiscovery:
@@ -163,15 +93,15 @@ class MdnsDiscovery:
         for key, value in (("mesh", mesh), ("node", node_id), ("inc", incarnation)):
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{key} must be a non-empty string, got {value!r}")
-            if not _txt_entry_ok(key, value):
+            if not txt_entry_ok(key, value):
                 raise ValueError(
                     f"{key} is too long for an mDNS TXT entry "
-                    f"({len(value.encode())} bytes, max {_MAX_TXT_ENTRY - len(key) - 1})"
+                    f"({len(value.encode())} bytes, max {MAX_TXT_ENTRY - len(key) - 1})"
                 )
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"version must be a non-negative int, got {version!r}")
-        _check_port("router_port", router_port)
-        _check_port("pub_port", pub_port)
+        check_port("router_port", router_port)
+        check_port("pub_port", pub_port)
         if not scope.addresses:
             raise ValueError("interface scope has no address")
         self.mesh = mesh
@@ -380,7 +310,7 @@ class MdnsDiscovery:
         )
         try:
             advert = self._parse(info)
-        except _Malformed as bad:
+        except Malformed as bad:
             self._ignore(name, bad.reason, bad.detail)
             return
         previous = self._known.get(name)
@@ -397,59 +327,9 @@ class MdnsDiscovery:
             self._log.exception("zmesh discovery: on_peer callback failed for %s", advert.node_id)
 
     def _parse(self, info: AsyncServiceInfo) -> PeerAdvert:
-        """Turn a resolved service into a PeerAdvert, or raise _Malformed."""
-        props: dict[str, str] = {}
-        for raw_key, raw_value in info.properties.items():
-            try:
-                key = raw_key.decode("utf-8")
-                value = raw_value.decode("utf-8") if raw_value is not None else None
-            except UnicodeDecodeError as exc:
-                raise _Malformed("ignored_malformed", f"TXT not UTF-8: {exc}") from None
-            if value is not None:
-                props[key] = value
-        mesh = props.get("mesh")
-        if mesh is not None and mesh != self.mesh:
-            raise _Malformed("ignored_other_mesh", f"mesh {mesh!r}")
-        missing = [key for key in _TXT_KEYS if key not in props]
-        if missing:
-            raise _Malformed("ignored_malformed", f"TXT missing {', '.join(missing)}")
-        node_id = props["node"]
-        if node_id == self.node_id:
-            raise _Malformed("ignored_self", "another service advertises our node id (duplicate node id?)")
-        try:
-            version = int(props["v"])
-            router_port = int(props["rp"])
-            pub_port = int(props["pp"])
-        except ValueError:
-            raise _Malformed("ignored_malformed", "non-integer v/rp/pp in TXT") from None
-        if not (1 <= router_port <= 65535 and 1 <= pub_port <= 65535):
-            raise _Malformed("ignored_malformed", f"ports out of range rp={router_port} pp={pub_port}")
-        if not node_id or not props["inc"]:
-            raise _Malformed("ignored_malformed", "empty node id or incarnation")
-        if version != self.version:
-            raise _Malformed("ignored_version", f"protocol version {version} (ours {self.version})")
-        public_key = props.get("ck", "")
-        if public_key:
-            try:
-                check_public_key(public_key)
-            except SecurityError:
-                raise _Malformed("ignored_malformed", "bad public key (ck) in TXT") from None
-        addresses = tuple(rank_reachable(info.parsed_addresses(IPVersion.V4Only), self.scope))
-        if not addresses:
-            raise _Malformed(
-                "ignored_unreachable",
-                f"no reachable address in {info.parsed_addresses(IPVersion.V4Only)}",
-            )
-        return PeerAdvert(
-            node_id=node_id,
-            incarnation=props["inc"],
-            mesh=mesh or self.mesh,
-            version=version,
-            addresses=addresses,
-            router_port=router_port,
-            pub_port=pub_port,
-            public_key=public_key,
-        )
+        """Turn a resolved service into a PeerAdvert, or raise Malformed."""
+        return parse_advert(info.properties, info.parsed_addresses(IPVersion.V4Only), self.mesh, self.node_id,
+                            self.version, self.scope)
 
     def _ignore(self, name: str, reason: str, detail: str, level: int | None = None) -> None:
         """Count and log an ignored record once per (service name, reason)."""
