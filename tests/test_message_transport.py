@@ -140,3 +140,18 @@ def test_a_transport_whose_capabilities_contradict_its_kind_is_refused() -> None
     object.__setattr__(frames, "capabilities", TransportCapabilities(level="message"))
     with pytest.raises(zmesh.TransportError, match="declares level 'message'"):
         zmesh.Node("m", transport=frames)
+
+
+def test_the_architecture_doc_names_every_member_of_both_seams() -> None:
+    """docs/architecture.md is what a broker transport's author reads: it must name it all."""
+    import re
+    from pathlib import Path
+
+    from zmesh._runtime.port import MeshPort, MeshSink
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = []
+    for interface in (MeshPort, MeshSink, MessageTransport, MessageHost):
+        names = {n for n in vars(interface) if not n.startswith("_")} | set(getattr(interface, "__annotations__", {}))
+        missing += [f"{interface.__name__}.{n}" for n in sorted(names) if not re.search(rf"`(?:host\.)?{n}\b", doc)]
+    assert not missing, missing
