@@ -19,13 +19,12 @@ import time
 from types import TracebackType
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 
-from ._engine import EngineConfig, first_endpoint
 from ._engine.identity import parse_policy
 from ._runtime.context import current_trace_id, trace_context
 from ._runtime.agent_port import AgentPort
 from ._runtime.config import RuntimeConfig
 from ._runtime.dispatch import Dispatch
-from ._runtime.meshes import open_mesh
+from ._runtime.meshes import mesh_config, open_mesh
 from ._runtime.port import MeshPort
 from ._runtime.inbox import DEFAULT_CONCURRENCY, DEFAULT_INBOX, DEFAULT_INBOX_BYTES
 from ._runtime.loop_watch import DEFAULT_BLOCK_WARNING, unwatch_loop, watch_loop
@@ -51,10 +50,6 @@ from .transport.message import MessageTransport
 __all__ = ["Node", "current_trace_id", "trace_context"]
 
 log = logging.getLogger("zmesh")
-
-def _no_names(node_id: str) -> str | None:
-    return None
-
 
 def _check_count(what: str, value: object) -> None:
     if value.__class__ is not int or value < 1:
@@ -200,30 +195,15 @@ class Node:
         if rules and not self._security.keyed:
             raise ValueError("policy needs keys (key=..., trusted=...): without them nobody's key is known")
         self.transport = make_transport(transport, interfaces, port, pub_port, self._security)
-        caps = self.transport.capabilities
-        engine_config = EngineConfig(
-            mesh=mesh,
-            node_id=self.id,
-            incarnation=self.incarnation,
-            max_payload=max_payload,
-            liveness=self.liveness_config if caps.peers_can_vanish else None,
-            choose=self.transport.choose if isinstance(self.transport, Transport) else first_endpoint,
-            wall_clock=self.clock.time,
-            store=store,
-            encoder=encoder,
-            decoder=decoder,
-            public_key=self._security.key.public if self._security.key is not None else None,
-            key_of_name=self._security.trusted.key_of_name if self._security.trusted is not None
-            else _no_names,
-            policy=rules,
-        )
+        config = mesh_config(mesh, self.id, self.incarnation, max_payload, self.liveness_config, self.transport,
+                             self.clock, store, encoder, decoder, self._security, rules)
         runtime = RuntimeConfig(self.id, mesh, self.clock, settle_timeout, dead_letter_capacity, workers)
         self._agents: dict[str, Agent] = {}
         self._watch = Watch(self.id)
         def make_sink(mesh: MeshPort) -> Dispatch:
             return make_dispatch(tracing, runtime, mesh, self._agents, self._watch, self.stats)
 
-        self._mesh = open_mesh(engine_config, self.transport, self.clock, self._watch, seeds, make_sink)
+        self._mesh = open_mesh(config, self.transport, self.clock, self._watch, seeds, make_sink)
         self._dispatch = self._mesh.sink
         self._agent_port = AgentPort(self._dispatch, self._agent_changed, self._remove_agent,
                                      lambda: self._closed, self.settled)

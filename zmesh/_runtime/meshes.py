@@ -1,13 +1,16 @@
-"""Which mesh a node runs (internal): chosen by what its transport says it
-moves (``capabilities.level``), never by the transport's name."""
+"""Which mesh a node runs, and what it is told of its node (internal): the
+mesh is chosen by what the transport says it moves (``capabilities.level``),
+never by the transport's name."""
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
-from .._engine import EngineConfig
+from .._engine import EngineConfig, first_endpoint
 from ..clock import Clock
 from ..errors import TransportError
+from ..liveness import LivenessConfig
+from ..security import Security
 from ..transport.base import Transport
 from ..transport.message import MessageTransport
 from .frame_mesh import FrameMesh
@@ -15,9 +18,37 @@ from .message_mesh import MessageMesh
 from .port import MeshPort, MeshSink
 from .watch import Watch
 
-__all__ = ["open_mesh"]
+__all__ = ["mesh_config", "open_mesh"]
 
 S = TypeVar("S", bound=MeshSink)
+
+
+def _no_names(node_id: str) -> str | None:
+    return None
+
+
+def mesh_config(
+    mesh: str, node_id: str, incarnation: str, max_payload: int, liveness: LivenessConfig,
+    transport: Transport | MessageTransport, clock: Clock, store: Any, encoder: Any, decoder: Any,
+    security: Security, policy: Any,
+) -> EngineConfig:
+    """What a mesh knows of its node: identity, limits, payload hooks, keys and policy."""
+    caps = transport.capabilities
+    return EngineConfig(
+        mesh=mesh,
+        node_id=node_id,
+        incarnation=incarnation,
+        max_payload=max_payload,
+        liveness=liveness if caps.peers_can_vanish else None,
+        choose=transport.choose if isinstance(transport, Transport) else first_endpoint,
+        wall_clock=clock.time,
+        store=store,
+        encoder=encoder,
+        decoder=decoder,
+        public_key=security.key.public if security.key is not None else None,
+        key_of_name=security.trusted.key_of_name if security.trusted is not None else _no_names,
+        policy=policy,
+    )
 
 
 def open_mesh(
