@@ -181,8 +181,8 @@ class Node:
     def _twin(self, agent: _AsyncAgent) -> Agent:
         """The sync Agent wrapping ``agent`` (run on the loop, so one per agent)."""
         twin = self._agents.get(agent.id)
-        if twin is None or twin._agent is not agent:
-            twin = self._agents[agent.id] = Agent(self, agent)
+        if twin is None or twin.async_agent is not agent:
+            twin = self._agents[agent.id] = Agent(self, agent, self._loop, self._wait, self._wrap_handler)
         return twin
 
     # -- lifecycle -------------------------------------------------------

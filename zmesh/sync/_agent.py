@@ -6,13 +6,14 @@ import asyncio
 import concurrent.futures
 import contextvars
 from types import FunctionType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, Protocol, TypeVar, cast
 
 from .._runtime.handlers import THREAD
 from ..agent import Agent as _AsyncAgent
 from ..agent import Handler, HandoffHandler, HandoffResult
 from ..message import Message
 from ..topics import check_pattern
+from ._loop import LoopThread
 
 if TYPE_CHECKING:
     from . import Node
@@ -20,6 +21,12 @@ if TYPE_CHECKING:
 __all__ = ["Agent", "InPool", "copy_docs"]
 
 T = TypeVar("T")
+
+
+class Wait(Protocol):
+    """Runs a coroutine on the node's loop and waits for its result."""
+
+    def __call__(self, coro: Coroutine[Any, Any, T]) -> T: ...
 H = TypeVar("H", bound=Callable[..., Any])
 
 
@@ -62,10 +69,20 @@ class Agent:
     :class:`Node`). Without it a plain handler runs in a worker thread.
     """
 
-    def __init__(self, node: Node, agent: _AsyncAgent) -> None:
+    def __init__(
+        self,
+        node: Node,
+        agent: _AsyncAgent,
+        loop: LoopThread,
+        wait: Wait,
+        wrap: Callable[..., Callable[..., Any]],
+    ) -> None:
         self.node = node
         self._agent = agent
         self.id = agent.id
+        self._loop = loop  # the node's loop thread
+        self._wait = wait  # runs a coroutine there and waits for it (the node's rules for timeouts)
+        self._wrap = wrap  # makes a plain handler safe to run there (the node's)
 
     def __repr__(self) -> str:
         return f"<zmesh.sync.Agent {self.id!r} on {self.node.id!r}>"
@@ -81,7 +98,7 @@ class Agent:
 
     @capabilities.setter
     def capabilities(self, capabilities: Iterable[str]) -> None:
-        self.node._loop.run(setattr, self._agent, "capabilities", tuple(capabilities))
+        self._loop.run(setattr, self._agent, "capabilities", tuple(capabilities))
 
     # -- handlers --------------------------------------------------------
 
@@ -95,16 +112,16 @@ class Agent:
         return register
 
     def add_handler(self, topic: str, handler: Handler, *, inline: bool = False) -> None:
-        self.node._loop.run(self._agent.add_handler, topic, self.node._wrap_handler(self._agent.id, handler, inline), inline=inline)
+        self._loop.run(self._agent.add_handler, topic, self._wrap(self._agent.id, handler, inline), inline=inline)
 
     def remove_handler(self, topic: str) -> None:
-        self.node._loop.run(self._agent.remove_handler, topic)
+        self._loop.run(self._agent.remove_handler, topic)
 
     def handler_for(self, topic: str) -> Handler | None:
-        return _unwrapped(self.node._loop.run(self._agent.handler_for, topic))
+        return _unwrapped(self._loop.run(self._agent.handler_for, topic))
 
     def on_handoff(self, fn: H) -> H:
-        self.node._loop.run(self._agent.on_handoff, self.node._wrap_handler(self._agent.id, fn))
+        self._loop.run(self._agent.on_handoff, self._wrap(self._agent.id, fn))
         return fn
 
     @property
@@ -130,7 +147,7 @@ class Agent:
         trace_id: str | None = None,
         timeout: float | None = None,
     ) -> Message:
-        return self.node._wait(self._agent.send(
+        return self._wait(self._agent.send(
             target, topic, payload, qos=qos, priority=priority, ttl=ttl, type=type, trace_id=trace_id,
             timeout=timeout,
         ))
@@ -148,28 +165,28 @@ class Agent:
         type: str = "query",
         trace_id: str | None = None,
     ) -> Message:
-        return self.node._wait(self._agent.request(
+        return self._wait(self._agent.request(
             target, topic, payload, timeout=timeout, qos=qos, priority=priority, ttl=ttl, type=type,
             trace_id=trace_id,
         ))
 
     def delegate(self, target: str, request: Message, *, timeout: float = 30.0, topic: str | None = None) -> Message:
-        return self.node._wait(self._agent.delegate(target, request, timeout=timeout, topic=topic))
+        return self._wait(self._agent.delegate(target, request, timeout=timeout, topic=topic))
 
     def reply(self, request: Message, payload: Any = None) -> None:
-        self.node._wait(self._agent.reply(request, payload))
+        self._wait(self._agent.reply(request, payload))
 
     # -- handoff ---------------------------------------------------------
 
     @property
     def tasks(self) -> frozenset[str]:
-        return self.node._loop.run(lambda: self._agent.tasks)
+        return self._loop.run(lambda: self._agent.tasks)
 
     def claim(self, task_id: str) -> None:
-        self.node._loop.run(self._agent.claim, task_id)
+        self._loop.run(self._agent.claim, task_id)
 
     def complete(self, task_id: str) -> bool:
-        return self.node._loop.run(self._agent.complete, task_id)
+        return self._loop.run(self._agent.complete, task_id)
 
     def handoff(
         self,
@@ -180,20 +197,20 @@ class Agent:
         artifacts: Iterable[str] = (),
         timeout: float = 30.0,
     ) -> HandoffResult:
-        return self.node._wait(self._agent.handoff(target, task_id, context, artifacts=artifacts, timeout=timeout))
+        return self._wait(self._agent.handoff(target, task_id, context, artifacts=artifacts, timeout=timeout))
 
     # -- pub/sub ---------------------------------------------------------
 
     def subscribe(self, pattern: str, handler: Handler | None = None, *, inline: bool = False) -> None:
-        wrapped = self.node._wrap_handler(self._agent.id, handler, inline) if handler is not None else None
-        self.node._wait(self._agent.subscribe(pattern, wrapped, inline=inline))
+        wrapped = self._wrap(self._agent.id, handler, inline) if handler is not None else None
+        self._wait(self._agent.subscribe(pattern, wrapped, inline=inline))
 
     def unsubscribe(self, pattern: str) -> None:
-        self.node._wait(self._agent.unsubscribe(pattern))
+        self._wait(self._agent.unsubscribe(pattern))
 
     @property
     def subscriptions(self) -> frozenset[str]:
-        return self.node._loop.run(lambda: self._agent.subscriptions)
+        return self._loop.run(lambda: self._agent.subscriptions)
 
     def broadcast(
         self,
@@ -204,10 +221,10 @@ class Agent:
         ttl: float | None = None,
         trace_id: str | None = None,
     ) -> int:
-        return self.node._wait(self._agent.broadcast(topic, payload, priority=priority, ttl=ttl, trace_id=trace_id))
+        return self._wait(self._agent.broadcast(topic, payload, priority=priority, ttl=ttl, trace_id=trace_id))
 
     def close(self) -> None:
-        self.node._wait(self._agent.close())
+        self._wait(self._agent.close())
 
 
 Agent.__module__ = "zmesh.sync"  # where users import it from, and what its repr should say
