@@ -177,9 +177,7 @@ class Flow:
         # when the batch of frames it was taken in ends: the sender refills
         # its window while the rest of the batch is handled, and never idles
         # waiting for a report that sits in a queue.
-        box = e._outbox.pop(origin, None)
-        if box is not None:
-            e._flush_one(origin, box[0])
+        e.flush_to(origin)
         e.stats["credit_reports"] += 1
 
     # -- departures --------------------------------------------------------

@@ -75,6 +75,12 @@ class Outbound:
         reliable = self.reliable
         return bool(self._outbox or self._pub_items or reliable.acks or reliable.declines)
 
+    def flush_to(self, node_id: str) -> None:
+        """What is queued for ``node_id`` leaves now, as one frame."""
+        box = self._outbox.pop(node_id, None)
+        if box is not None:
+            self._flush_one(node_id, box[0])
+
     def discard_outbox(self, node_id: str) -> None:
         """The peer left with items still queued for it: what was a message is
         counted and dead-lettered (a pending request fails on its own, a qos
@@ -136,7 +142,7 @@ class Outbound:
             return
         store = self.reliable.store
         if store is not None and store.dirty:
-            self._commit(store)
+            self.commit_store(store)
         frame = codec.join_frame(items)
         if node_id == LOCAL:
             inbound.direct(self, None, frame)  # type: ignore[arg-type]  # self is the Engine
@@ -151,7 +157,7 @@ class Outbound:
         self.stats["bytes_sent"] += len(frame)
         peer.last_sent = self._now
 
-    def _commit(self, store: Any) -> None:
+    def commit_store(self, store: Any) -> None:
         """Write what the store holds before the frames that depend on it leave."""
         try:
             store.commit()

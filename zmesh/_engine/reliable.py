@@ -312,7 +312,7 @@ class Reliable:
             # return and this commit is the one window in which a restarted
             # node would run the handler again.
             self.store.put_seen(key)
-            self.e._commit(self.store)
+            self.e.commit_store(self.store)
         if not reply:
             self._ack(origin, msg.id)
 
