@@ -33,15 +33,15 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 from typing import Any, Callable, Sequence
 
 import zmq
 
-from ...errors import AddressInUse, SecurityError, TransportError, ZmeshError
-from ...security import Security, check_public_key, lan_refusal
-from ..base import Transport, TransportCapabilities, TransportHost, endpoint_address, endpoint_host
+from ...errors import TransportError, ZmeshError
+from ...security import Security
+from ..base import Transport, TransportCapabilities, TransportHost, endpoint_address
 from . import _sockets as zs
+from ._addresses import bind_all, check_endpoint, choose, resolve_scope
 from ._curve import Subscribers, ZapDomain, curve_server, zap_register, zap_unregister
 from ._link import KeyedSubscription, LinkPlumbing, ZmqLink, link_tag
 from ._reader_thread import ThreadReaders
@@ -59,7 +59,6 @@ log = logging.getLogger("zmesh")
 
 _NOBLOCK, _SNDMORE, _POLLIN, _EVENTS = zs.NOBLOCK, zs.SNDMORE, zs.POLLIN, zs.EVENTS
 
-_ENDPOINT = re.compile(r"^tcp://[A-Za-z0-9.\-]+:[0-9]{1,5}$")
 
 
 class ZmqTransport(Receiving, Transport):
@@ -231,96 +230,20 @@ class ZmqTransport(Receiving, Transport):
         return self._with_port(self.pub_endpoint)
 
     def choose(self, endpoints: tuple[str, ...]) -> str | None:
-        """The peer endpoint to dial from our interface scope, or None.
-
-        An address on a network we share comes first. A local-only node never
-        leaves the host; a LAN node never dials 127.x unless its own scope
-        includes loopback. Failing a shared network, a LAN node may still try
-        a non-loopback address (a routed network).
-        """
-        if not endpoints:
-            return None
-        if self.scope is None:
-            return endpoints[0]
-        from ...interfaces import rank_reachable
-
-        hosts: dict[str, str] = {}
-        for endpoint in endpoints:
-            hosts.setdefault(endpoint_host(endpoint), endpoint)
-        ranked = rank_reachable(list(hosts), self.scope)
-        if ranked:
-            return hosts[ranked[0]]
-        if self.scope.is_local:
-            return None
-        return next((e for h, e in hosts.items() if not h.startswith("127.")), None)
+        """The peer endpoint to dial from our interface scope, or None (see :func:`._addresses.choose`)."""
+        return choose(endpoints, self.scope)
 
     def _resolve_addresses(self) -> tuple[str, ...]:
-        from ...interfaces import resolve_interfaces
-
-        try:
-            self.scope = resolve_interfaces(self.interfaces)
-        except ValueError as exc:
-            raise TransportError(f"bad interfaces setting: {exc}") from None
-        if self.scope.mode == "lan" and not self.scope.addresses:
-            raise TransportError("interfaces='lan' but this host has no up, non-loopback IPv4 interface")
-        security = self.security
-        refusal = lan_refusal(self.scope.is_local, security.keyed, security.insecure, self.scope.addresses)
-        if refusal is not None:
-            raise SecurityError(refusal)
-        if not self.scope.is_local and not security.keyed:
-            log.warning(
-                "zmesh: LAN mode on %s without authentication (insecure=True): any host on these networks "
-                "can join the mesh and reach this node's agents",
-                ", ".join(self.scope.addresses),
-            )
+        self.scope = resolve_scope(self.interfaces, self.security)
         return tuple(self.scope.addresses)
 
     def _bind_all(self, sock: zmq.Socket[Any], port: int = 0) -> int:
-        address = self.addresses[0]
-        try:
-            if port:
-                sock.bind(f"tcp://{address}:{port}")
-            else:
-                port = sock.bind_to_random_port(f"tcp://{address}")
-            for address in self.addresses[1:]:
-                sock.bind(f"tcp://{address}:{port}")
-        except zmq.ZMQError as exc:
-            if exc.errno == zmq.EADDRINUSE:
-                raise AddressInUse(
-                    f"port {port} on {address} is already in use (another node or program holds it): "
-                    "stop it, or choose another port"
-                ) from None
-            raise
-        return port
+        return bind_all(sock, self.addresses, port)
 
     # -- links, subscriptions and trust -------------------------------------
 
     def check_endpoint(self, endpoint: str) -> None:
-        if not isinstance(endpoint, str):
-            raise TransportError(f"bad endpoint {endpoint!r}: expected tcp://HOST:PORT")
-        address, has_key, key = endpoint.partition("#")
-        if not _ENDPOINT.match(address):
-            raise TransportError(
-                f"bad endpoint {endpoint!r}: expected tcp://HOST:PORT, e.g. tcp://127.0.0.1:5555"
-            )
-        port = int(address.rsplit(":", 1)[1])
-        if not 0 < port < 65536:
-            raise TransportError(f"bad endpoint {endpoint!r}: port {port} is out of range")
-        if has_key:
-            try:
-                check_public_key(key, "public key in the endpoint")
-            except SecurityError as exc:
-                raise TransportError(f"bad endpoint {endpoint!r}: {exc}") from None
-            if self.public_key is None:
-                raise TransportError(
-                    f"endpoint {endpoint!r} carries a public key, so its node runs with keys, "
-                    "but this node has none: give it one (Node(key=...), ZMESH_KEY or --key)"
-                )
-        elif self.public_key is not None:
-            raise TransportError(
-                f"endpoint {endpoint!r} has no public key: a node with keys dials only "
-                "tcp://HOST:PORT#PUBLIC_KEY (a keyed node's `node.endpoint` is written so)"
-            )
+        check_endpoint(endpoint, self.public_key is not None)
 
     def may_dial(self, server_key: str | None) -> bool:
         """May we connect to a server with this public key? (keyless: only keyless servers)"""
