@@ -29,7 +29,7 @@ import concurrent.futures
 import os
 import threading
 from types import TracebackType
-from typing import Any, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Coroutine, Iterable, Mapping, Sequence, TypeVar
 
 from .. import node as _node
 from .._runtime.handlers import THREAD, handler_mode
@@ -37,8 +37,6 @@ from .._runtime.inbox import DEFAULT_CONCURRENCY, DEFAULT_INBOX, DEFAULT_INBOX_B
 from .._runtime.loop_watch import DEFAULT_BLOCK_WARNING
 from ..agent import Agent as _AsyncAgent
 from ..clock import Clock
-from ..deadletters import DeadLetter
-from ..deadletters import DeadLetters as _AsyncDeadLetters
 from ..errors import NodeClosed
 from ..liveness import LivenessConfig
 from ..observer import Observer
@@ -48,6 +46,7 @@ from ..store import Store
 from ..transport.base import Transport
 from ..transport.message import MessageTransport
 from ._agent import Agent, InPool, copy_docs
+from ._deadletters import DeadLetters
 from ._loop import BlockingCallWarning, LoopThread
 
 __all__ = ["Node", "Agent", "BlockingCallWarning"]
@@ -286,7 +285,7 @@ class Node:
 
     @property
     def dead_letters(self) -> DeadLetters:
-        return DeadLetters(self, self._node.dead_letters)
+        return DeadLetters(self._node.dead_letters, self._loop, self._wait)
 
     # -- the same surface ------------------------------------------------
 
@@ -388,25 +387,4 @@ class Node:
         self._wait(self._node.wait_until(predicate, timeout, what))
 
 
-class DeadLetters:
-    """The node's dead letters (:class:`zmesh.deadletters.DeadLetters`); ``redeliver`` waits."""
-
-    def __init__(self, node: Node, ring: _AsyncDeadLetters) -> None:
-        self._node = node
-        self._ring = ring
-
-    def __iter__(self) -> Iterator[DeadLetter]:
-        return iter(self._node._loop.run(list, self._ring))
-
-    def __len__(self) -> int:
-        return self._node._loop.run(len, self._ring)
-
-    def clear(self) -> None:
-        self._node._loop.run(self._ring.clear)
-
-    def redeliver(self, entry: DeadLetter) -> None:
-        self._node._wait(self._ring.redeliver(entry))
-
-
 copy_docs(Node, _node.Node)
-copy_docs(DeadLetters, _AsyncDeadLetters)
