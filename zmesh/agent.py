@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Protocol, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar, Union
 
 from ._runtime.handlers import handler_mode
-from ._runtime.handoff import HANDOFF_TOPIC, Handoff
+from ._runtime.agent_port import AgentHost
+from ._runtime.handoff import HANDOFF_TOPIC, Handoff, HandoffResult
 from ._runtime.routes import Routes
 from ._wire.names import check_capabilities
-from .clock import Clock
 from .errors import InvalidMessage, NodeClosed
 from .message import MESSAGE_TYPES, Message, check_options, new_request_id
 from .topics import _valid_topics as _checked_topics
@@ -29,53 +28,6 @@ H = TypeVar("H", bound=Callable[..., Any])
 
 _OWN_ID = "\x00own-id"  # sentinel: correlate by the message's own id
 _SENDABLE_TYPES = frozenset(t for t in MESSAGE_TYPES if t != "result")
-
-
-@dataclass(frozen=True, slots=True)
-class HandoffResult:
-    """What came of a handoff. ``accepted`` means the target now owns the task."""
-
-    task_id: str
-    target: str
-    accepted: bool
-    reason: str = ""
-    latency: float = 0.0
-    reply: Message | None = field(default=None, repr=False)
-
-
-class AgentHost(Protocol):
-    """All an agent asks of the node hosting it (the node's side of the seam).
-
-    ``send``/``request``/``broadcast`` take a finished Message and raise
-    before anything is sent when it cannot go (``send`` and ``request``
-    first wait for flow-control credit); ``reply`` answers a request
-    with a status; ``changed`` republishes the agent's capabilities and
-    subscriptions; ``remove`` unregisters it; ``settled`` waits until every
-    peer has the latest of both.
-    """
-
-    clock: Clock
-
-    @property
-    def closed(self) -> bool: ...
-
-    def stamp(self, msg: Message, trace_id: str | None) -> None: ...
-
-    def send_now(self, msg: Message, timeout: float | None) -> bool: ...
-
-    async def send(self, msg: Message, timeout: float | None) -> None: ...
-
-    async def request(self, msg: Message, timeout: float, kind: str) -> Message: ...
-
-    def reply(self, request: Message, status: str, payload: Any) -> None: ...
-
-    def broadcast(self, msg: Message) -> int: ...
-
-    def changed(self, agent: Agent) -> None: ...
-
-    def remove(self, agent_id: str) -> None: ...
-
-    async def settled(self) -> bool: ...
 
 
 class Agent:

@@ -1,20 +1,57 @@
-"""The node as its agents see it (internal): an :class:`zmesh.agent.AgentHost`
-made of the dispatch's methods and the node's own."""
+"""The node as its agents see it (internal): :class:`AgentHost`, the seam
+(:mod:`zmesh.agent` re-exports it), and :class:`AgentPort`, the node's
+side of it, made of the dispatch's methods and the node's own."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..clock import Clock
+from ..message import Message
 
 if TYPE_CHECKING:
     from .dispatch import Dispatch
 
-__all__ = ["AgentPort"]
+__all__ = ["AgentHost", "AgentPort"]
+
+
+class AgentHost(Protocol):
+    """All an agent asks of the node hosting it (the node's side of the seam).
+
+    ``send``/``request``/``broadcast`` take a finished Message and raise
+    before anything is sent when it cannot go (``send`` and ``request``
+    first wait for flow-control credit); ``reply`` answers a request
+    with a status; ``changed`` republishes the agent's capabilities and
+    subscriptions; ``remove`` unregisters it; ``settled`` waits until every
+    peer has the latest of both.
+    """
+
+    clock: Clock
+
+    @property
+    def closed(self) -> bool: ...
+
+    def stamp(self, msg: Message, trace_id: str | None) -> None: ...
+
+    def send_now(self, msg: Message, timeout: float | None) -> bool: ...
+
+    async def send(self, msg: Message, timeout: float | None) -> None: ...
+
+    async def request(self, msg: Message, timeout: float, kind: str) -> Message: ...
+
+    def reply(self, request: Message, status: str, payload: Any) -> None: ...
+
+    def broadcast(self, msg: Message) -> int: ...
+
+    def changed(self, agent: Any) -> None: ...  # a zmesh.Agent (the runtime never imports it)
+
+    def remove(self, agent_id: str) -> None: ...
+
+    async def settled(self) -> bool: ...
 
 
 class AgentPort:
-    """The node as its agents see it: an :class:`zmesh.agent.AgentHost`."""
+    """The node as its agents see it: an :class:`AgentHost`."""
 
     def __init__(
         self,
