@@ -22,7 +22,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from ._engine.identity import parse_policy
 from ._runtime.context import current_trace_id, trace_context
 from ._runtime.agent_port import AgentPort
-from ._runtime.config import RuntimeConfig
+from ._runtime.config import RuntimeConfig, check_agent_options, check_node_options
 from ._runtime.dispatch import Dispatch
 from ._runtime.meshes import mesh_config, open_mesh
 from ._runtime.port import MeshPort
@@ -33,7 +33,6 @@ from ._runtime.stats import answer, ask, node_stats
 from ._runtime.routes import Routes
 from ._runtime.watch import Watch
 from ._tracing.dispatch import make_dispatch
-from ._wire.names import check_agent_id, check_capabilities, check_name
 from .agent import Agent
 from .clock import Clock, SystemClock
 from .deadletters import DeadLetters
@@ -50,11 +49,6 @@ from .transport.message import MessageTransport
 __all__ = ["Node", "current_trace_id", "trace_context"]
 
 log = logging.getLogger("zmesh")
-
-def _check_count(what: str, value: object) -> None:
-    if value.__class__ is not int or value < 1:
-        raise ValueError(f"{what} must be a positive int, got {value!r}")
-
 
 class Node:
     """One member of a mesh. Use as ``async with zmesh.Node("lab") as node``.
@@ -160,21 +154,8 @@ class Node:
         policy: Mapping[str, Mapping[str, Any]] | None = None,
         block_warning: float | None = DEFAULT_BLOCK_WARNING,
     ) -> None:
-        check_name("mesh", mesh)
-        if name is not None:
-            check_name("node", name)
-        if not isinstance(max_payload, int) or max_payload < 1:
-            raise ValueError("max_payload must be a positive number of bytes")
-        if workers is not None:
-            _check_count("workers", workers)
-        if block_warning is not None and (
-            block_warning.__class__ not in (int, float) or not 0 < block_warning < float("inf")
-        ):
-            raise ValueError(f"block_warning must be a positive number of seconds or None, got {block_warning!r}")
+        check_node_options(mesh, name, max_payload, workers, block_warning, encoder, decoder)
         self.block_warning = block_warning
-        for hook, what in ((encoder, "encoder"), (decoder, "decoder")):
-            if hook is not None and not callable(hook):
-                raise TypeError(f"{what} must be callable or None, got {hook!r}")
         self.mesh = mesh
         self.id = name or f"{socket.gethostname()[:24]}-{os.getpid()}-{os.urandom(6).hex()}"
         self.incarnation = "%016x%s" % (time.time_ns(), os.urandom(3).hex())
@@ -373,11 +354,7 @@ class Node:
         for, are ever dropped, and they are counted.
         """
         self._check_open()
-        _check_count("concurrency", concurrency)
-        _check_count("inbox_size", inbox_size)
-        _check_count("inbox_bytes", inbox_bytes)
-        check_agent_id(agent_id)
-        caps = check_capabilities(capabilities)
+        caps = check_agent_options(agent_id, capabilities, concurrency, inbox_size, inbox_bytes)
         if agent_id in self._agents:
             raise AgentExists(f"agent {agent_id!r} is already registered on this node")
         other = self.registry.node_of(agent_id)
