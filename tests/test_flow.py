@@ -316,6 +316,7 @@ def test_made_up_agent_names_cannot_grow_receiving_windows_without_bound() -> No
 
     class FakeEngine:
         agents = {"real"}
+        closed = False
         stats: Counter[str] = Counter()
         dropped: Counter[str] = Counter()
 
@@ -333,6 +334,36 @@ def test_made_up_agent_names_cannot_grow_receiving_windows_without_bound() -> No
     assert engine.dropped["too_many_windows"] == 2 * (credit.MAX_WINDOWS + 500) - credit.MAX_WINDOWS
     flow.taken("peer", "real")  # an agent hosted here is never refused a window
     assert ("peer", "real") in flow.inn
+
+
+def test_credit_taken_after_the_engine_closed_reports_nothing() -> None:
+    """A handler that finishes after its node closed gives no credit back:
+    a closed engine sends nothing, not even a CREDIT to a peer."""
+    from collections import Counter
+
+    from zmesh._engine import credit
+
+    class FakeEngine:
+        agents = {"real"}
+        closed = False
+        stats: Counter[str] = Counter()
+        queued: list[tuple[str, bytes]] = []
+
+        def drop(self, reason: str, where: str, detail: str = "") -> None: ...
+
+        def enqueue(self, node: str, item: bytes) -> None:
+            self.queued.append((node, item))
+
+        def flush_to(self, node: str) -> None: ...
+
+    engine = FakeEngine()
+    flow = credit.Flow(engine, 2, 8 << 20)  # type: ignore[arg-type]
+    flow.taken("peer", "real")  # half a window of 2: reported at once
+    assert len(engine.queued) == 1
+    engine.closed = True
+    flow.taken("peer", "real")
+    assert len(engine.queued) == 1
+    assert flow.inn[("peer", "real")].taken == 1
 
 
 async def test_a_send_with_room_still_checks_its_timeout_and_the_node(transport: str) -> None:

@@ -122,9 +122,9 @@ class Commands(Outbound):
         return route
 
     def taken(self, origin: str, agent: str) -> None:
-        """A message from ``origin`` (a node id, or LOCAL) left ``agent``'s inbox."""
-        if not self.closed:
-            self.flow.taken(origin, agent)
+        """A message from ``origin`` (a node id, or LOCAL) left ``agent``'s inbox
+        (:meth:`Flow.taken`, which does nothing once the engine is closed)."""
+        self.flow.taken(origin, agent)
 
     def send(self, msg: Message, route: str | None = None, now: float | None = None) -> bool:
         """Queue a message to its target; False (nothing sent) when no node hosts it.

@@ -131,7 +131,10 @@ class Flow:
 
     def taken(self, origin: str, agent: str) -> None:
         """A message from ``origin``'s node left ``agent``'s inbox (handled,
-        expired or dropped): its credit goes back."""
+        expired or dropped): its credit goes back (nothing once the engine
+        is closed)."""
+        if self.e.closed:
+            return
         if origin == LOCAL:
             out = self.out.get((LOCAL, agent))
             if out is not None:

@@ -60,7 +60,7 @@ class FrameMesh(Driver, Generic[S]):
         # The engine's own methods where nothing more is owed: one call, not two.
         self.admit: Callable[[str], str | None] = engine.admit
         self.route: Callable[[str], str | None] = engine.route
-        self.taken: Callable[[str, str], None] = engine.taken
+        self.taken: Callable[[str, str], None] = engine.flow.taken
         self.unhandled: Callable[[str, Message], None] = engine.unhandled
         self.forget_request: Callable[[RequestKey], None] = engine.forget_request
         self._seeds = [seeds] if isinstance(seeds, str) else list(seeds)
