@@ -225,14 +225,6 @@ class Delivery:
                 self._dispatch.reply(msg, "ok", result)
         elif msg.qos and not entry.broadcast:
             self._dispatch.handled(entry.origin, msg)
-        inbox = self.inboxes.get(agent.id)
-        if inbox is not None and not (inbox.heap or inbox.pumping or inbox.slow):
-            # self._release, inline for its common case (nothing waits): once per message
-            inbox.running -= 1
-            mesh = self._mesh
-            if not mesh.in_drain:
-                mesh.handler_ended()
-            return
         self._release(agent.id)
 
     def _handler_failed(self, exc: BaseException, extra: tuple[HostedAgent, Entry]) -> None:
