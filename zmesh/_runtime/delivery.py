@@ -10,6 +10,9 @@ the sender's node. A message that finds the inbox full is dropped and
 counted: a direct one is dead-lettered (a request is answered ``busy``, so
 its requester gets Backpressure); a broadcast counts as ``slow_subscriber``
 and the first of a run raises a ``slow_subscriber`` event.
+
+Lines marked ``inline`` copy a neighbouring function on the per-message
+path; docs/architecture.md (*Hand-copied hot paths*) gives what each saves.
 """
 
 from __future__ import annotations
