@@ -97,3 +97,8 @@ def test_the_guide_service_and_joining_examples_run_as_two_processes() -> None:
     client = the_block(GUIDE, 'seeds=["tcp://127.0.0.1:5555"]', "request(")
     out = serve_and_ask(server, client + "    print(reply.payload)\n")  # the fragment only asks: say what came
     assert out == "3\n"
+
+
+def test_the_guides_envelope_example_runs() -> None:
+    out = run(program(the_block(GUIDE, "send_envelope"), 0)).stdout
+    assert out == "{'found': 1, 'asked_by': 'orchestrator'} task_0817\n"

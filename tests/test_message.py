@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -105,15 +104,14 @@ def test_envelope_has_the_header_fields_and_is_json_ready() -> None:
     header = env["header"]
     assert set(header) == HEADER_KEYS
     assert header["msg_id"] == msg.id
-    assert header["version"] == ENVELOPE_VERSION == 1
+    assert header["version"] == ENVELOPE_VERSION == "1.0"
     assert (header["type"], header["sender"], header["target"], header["topic"]) == (
         "query", "a", "b", "math.add")
     assert (header["sender_type"], header["target_type"]) == ("agent", "agent")
     assert (header["priority"], header["qos"], header["ttl"]) == (1, 1, 2.5)
     assert (header["correlation_id"], header["reply_to"], header["trace_id"]) == ("corr-1", "a", "t-1")
     assert header["status"] == "ok"
-    stamp = header["timestamp"]  # seconds, or an ISO 8601 string
-    assert (datetime.fromisoformat(stamp).timestamp() if isinstance(stamp, str) else stamp) == 1_700_000_000.5
+    assert header["timestamp"] == "2023-11-14T22:13:20.5Z"
     assert env["payload"] == {"x": 1, "y": [2, 3], "note": "caf\u00e9"}
     text = json.dumps(env)
     assert json.loads(text) == env
@@ -149,6 +147,82 @@ def test_envelope_accepts_an_iso_timestamp() -> None:
     assert Message.from_envelope(envelope).timestamp == 1_700_000_000.5
 
 
+#: The seed design's example envelope, exactly as it is written there (its comments left out).
+SEED_ENVELOPE = """{
+  "header": {
+    "msg_id": "msg_20260512_001",
+    "type": "task",
+    "version": "1.0",
+    "sender": "agent_main",
+    "sender_type": "orchestrator",
+    "target": "agent_sub_search",
+    "target_type": "worker",
+    "topic": "research.paper.search",
+    "priority": 3,
+    "qos": 1,
+    "timestamp": "2026-05-12T10:30:00Z",
+    "ttl": 300,
+    "correlation_id": "task_0817",
+    "reply_to": "agent_main/result"
+  },
+  "payload": {
+    "action": "search_papers",
+    "query": "transformer architecture 2025",
+    "max_results": 10
+  }
+}"""
+
+
+def test_the_seed_designs_envelope_is_read_as_written_and_given_back() -> None:
+    seed = json.loads(SEED_ENVELOPE)
+    msg = Message.from_envelope(seed)
+    assert (msg.id, msg.type, msg.sender, msg.target, msg.topic) == (
+        "msg_20260512_001", "task", "agent_main", "agent_sub_search", "research.paper.search")
+    assert (msg.sender_type, msg.target_type) == ("orchestrator", "worker")
+    assert (msg.priority, msg.qos, msg.ttl) == (3, 1, 300)
+    assert msg.timestamp == 1_778_581_800.0  # 2026-05-12T10:30:00Z, read on every Python (3.10 has no "Z")
+    assert (msg.correlation_id, msg.reply_to) == ("task_0817", "agent_main/result")
+    assert msg.payload == seed["payload"]
+    back = msg.to_envelope()
+    assert {k: v for k, v in back["header"].items() if k in seed["header"]} == seed["header"]
+    assert set(back["header"]) - set(seed["header"]) == {"trace_id", "status"}
+    assert back["payload"] == seed["payload"]
+    assert Message.from_envelope(json.loads(json.dumps(back))) == msg
+
+
+@pytest.mark.parametrize("version", [1, 1.0, "1", "1.0"])
+def test_every_spelling_of_version_one_is_read(version: Any) -> None:
+    envelope = _env(version=version)
+    assert Message.from_envelope(envelope) == Message.from_envelope({**envelope, "header": {
+        **envelope["header"], "version": "1.0"}})
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("2026-05-12T10:30:00Z", 1_778_581_800.0),
+        ("2026-05-12T10:30:00", 1_778_581_800.0),  # no offset: UTC
+        ("2026-05-12T12:30:00+02:00", 1_778_581_800.0),
+        ("2026-05-12T05:30:00-0500", 1_778_581_800.0),
+        ("2026-05-12 10:30:00.25Z", 1_778_581_800.25),
+        ("2023-11-14T22:13:20.500000+00:00", 1_700_000_000.5),
+        ("1970-01-01T00:00:00Z", 0.0),
+    ],
+)
+def test_iso_timestamps_are_read_on_every_python(text: str, seconds: float) -> None:
+    assert Message.from_envelope({"header": {"msg_id": "m", "timestamp": text}}).timestamp == seconds
+
+
+def test_roles_that_are_the_default_are_not_kept() -> None:
+    """``agent`` (and ``topic`` for a broadcast's target) is what an envelope
+    without roles means, so a message keeps only another role."""
+    msg = Message.from_envelope(_env(sender_type="agent", target_type="agent"))
+    assert (msg.sender_type, msg.target_type) == ("", "")
+    header = Message.from_envelope(_env(target="", target_type="topic")).to_envelope()["header"]
+    assert header["target_type"] == "topic"
+    assert Message.from_envelope(_env(target_type="topic")).target_type == "topic"  # a direct message to a "topic"
+
+
 def _env(**header: Any) -> dict[str, Any]:
     env = _request_message().to_envelope()
     for key, value in header.items():
@@ -171,6 +245,14 @@ def _env(**header: Any) -> dict[str, Any]:
         {"header": None},
         _env(msg_id=...),
         _env(version=2),
+        _env(version="2.0"),
+        _env(version=True),
+        _env(version=None),
+        _env(sender_type=7),
+        _env(target_type="x" * 65),
+        _env(sender_type="line\nbreak"),
+        _env(timestamp="2026-13-12T10:30:00Z"),
+        _env(timestamp="2026-05-12 the morning"),
         _env(type="shout"),
         _env(status="great"),
         _env(priority=9),

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar, U
 
 from ._runtime.handlers import handler_mode
 from ._runtime.agent_port import AgentHost
+from ._runtime.envelopes import envelope_message
 from ._runtime.handoff import HANDOFF_TOPIC, Handoff, HandoffResult
 from ._runtime.routes import Routes
 from ._wire.names import check_capabilities
@@ -242,6 +243,36 @@ class Agent:
             request.correlation_id or new_request_id(),
         )
         return await self._host.request(msg, timeout, "delegate")
+
+    async def send_envelope(self, envelope: dict[str, Any], *, timeout: float | None = None) -> Message:
+        """Send the message a seed-design envelope describes, from this agent
+        (see *The envelope* in the guide), for a system that speaks envelopes.
+
+        Its ``msg_id``, ``correlation_id``, ``trace_id``, ``timestamp`` (the
+        ttl counts from it), roles and options are kept; ``sender`` may only
+        be this agent. With a ``correlation_id`` it is a request: this waits
+        for the reply (``timeout``, default the ttl, else 30 s) and returns it.
+        Otherwise returns the message sent: to ``target``, or without one a
+        broadcast on ``topic``. InvalidMessage, sending nothing, when the
+        envelope is not one this agent can send.
+        """
+        if self._closed:
+            raise NodeClosed(f"agent {self.id!r} is closed")
+        msg = envelope_message(self.id, envelope)
+        stamp = msg.timestamp
+        self._host.stamp(msg, msg.trace_id or None)
+        if stamp:
+            msg.timestamp = stamp
+        if msg.correlation_id:
+            wait = timeout if timeout is not None else (msg.ttl or 30.0)
+            if msg.ttl is None:
+                msg.ttl = wait  # as request(): nobody waits for the answer after that
+            return await self._host.request(msg, wait, "request")
+        if not msg.target:
+            self._host.broadcast(msg)
+        elif not self._host.send_now(msg, timeout):
+            await self._host.send(msg, timeout)
+        return msg
 
     async def reply(self, request: Message, payload: Any = None) -> None:
         """Answer ``request`` later (its handler returned ``zmesh.DEFERRED``)."""

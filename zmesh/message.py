@@ -5,11 +5,14 @@ This module does no I/O. The wire encoding lives in :mod:`zmesh._wire.codec`.
 
 from __future__ import annotations
 
+import calendar
 import itertools
+import math
 import os
+import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Final
 
 from .errors import InvalidMessage
@@ -23,10 +26,14 @@ __all__ = [
     "new_request_id",
     "new_trace_id",
     "check_options",
+    "iso_timestamp",
+    "parse_timestamp",
 ]
 
-#: Version of the JSON envelope written by :meth:`Message.to_envelope`.
-ENVELOPE_VERSION: Final = 1
+#: Version of the JSON envelope written by :meth:`Message.to_envelope`, as
+#: the seed design writes it; ``1``, ``1.0`` and ``"1"`` are read as the same.
+ENVELOPE_VERSION: Final = "1.0"
+_VERSIONS: Final = frozenset({1, "1", "1.0"})  # 1.0 == 1 hashes alike
 
 MESSAGE_TYPES: Final = ("task", "result", "query", "notify", "intervene", "heartbeat")
 #: Reply statuses: ``ok`` or why the request failed at the far end.
@@ -121,6 +128,10 @@ class Message:
     the message belongs to (a W3C trace-id unless one was given by hand);
     ``traceparent`` is the W3C ``traceparent`` of the OpenTelemetry span that
     sent it, or ``""`` when its node does not trace (see the guide's *Tracing*).
+    ``sender_type`` and ``target_type`` are the envelope's roles (the seed
+    design's ``"orchestrator"``, ``"worker"``): ``""`` is the default role
+    (``"agent"``; ``"topic"`` for a broadcast's target), and any other
+    travels with the message.
     """
 
     type: str = "notify"
@@ -138,6 +149,8 @@ class Message:
     status: str = "ok"
     id: str = field(default_factory=new_id)
     traceparent: str = ""
+    sender_type: str = ""
+    target_type: str = ""
 
     @property
     def is_reply(self) -> bool:
@@ -152,20 +165,22 @@ class Message:
         return self.ttl is not None and now > self.timestamp + self.ttl
 
     def to_envelope(self) -> dict[str, Any]:
-        """Return the JSON-ready envelope used by file-based agent frameworks
-        (its header has a ``traceparent`` only when the message has one)."""
+        """Return the JSON-ready envelope of the seed design (see the guide's
+        *The envelope*): version ``"1.0"``, an ISO 8601 UTC ``timestamp``
+        that :meth:`from_envelope` reads back exactly, the roles; its header
+        has a ``traceparent`` only when the message has one."""
         header: dict[str, Any] = {
             "msg_id": self.id,
             "type": self.type,
             "version": ENVELOPE_VERSION,
             "sender": self.sender,
-            "sender_type": "agent",
+            "sender_type": self.sender_type or "agent",
             "target": self.target,
-            "target_type": "agent" if self.target else "topic",
+            "target_type": self.target_type or ("agent" if self.target else "topic"),
             "topic": self.topic,
             "priority": self.priority,
             "qos": self.qos,
-            "timestamp": self.timestamp,
+            "timestamp": iso_timestamp(self.timestamp),
             "ttl": self.ttl,
             "correlation_id": self.correlation_id,
             "reply_to": self.reply_to,
@@ -178,26 +193,25 @@ class Message:
 
     @classmethod
     def from_envelope(cls, envelope: dict[str, Any]) -> Message:
-        """Read back an envelope written by :meth:`to_envelope` (or by hand).
+        """Read an envelope: one :meth:`to_envelope` wrote, the seed design's
+        as it writes them, or one written by hand (only ``msg_id`` is needed).
 
-        Raises :class:`InvalidMessage` when a field is missing or out of range.
+        ``timestamp`` may be seconds since the epoch or ISO 8601 (``Z`` or an
+        offset, on every supported Python). Raises :class:`InvalidMessage`
+        when a field is missing or out of range.
         """
         try:
             header = envelope["header"]
             version = header.get("version", ENVELOPE_VERSION)
-            if version != ENVELOPE_VERSION:
-                raise InvalidMessage(f"unknown envelope version {version!r}")
+            if version.__class__ is bool or version not in _VERSIONS:
+                raise InvalidMessage(f"unknown envelope version {version!r} (this zmesh reads {ENVELOPE_VERSION!r})")
             stamp = header.get("timestamp", 0.0)
-            if isinstance(stamp, str):  # ISO 8601, as some frameworks write it
-                parsed = datetime.fromisoformat(stamp)
-                if parsed.tzinfo is None:
-                    parsed = parsed.replace(tzinfo=timezone.utc)
-                stamp = parsed.timestamp()
+            target = str(header.get("target", ""))
             msg = cls(
                 id=str(header["msg_id"]),
                 type=str(header.get("type", "notify")),
                 sender=str(header.get("sender", "")),
-                target=str(header.get("target", "")),
+                target=target,
                 topic=str(header.get("topic", "")),
                 payload=envelope.get("payload"),
                 correlation_id=str(header.get("correlation_id", "") or ""),
@@ -205,14 +219,16 @@ class Message:
                 priority=header.get("priority", 3),
                 qos=header.get("qos", 0),
                 ttl=header.get("ttl"),
-                timestamp=float(stamp),
+                timestamp=parse_timestamp(stamp) if isinstance(stamp, str) else float(stamp),
                 trace_id=str(header.get("trace_id", "") or ""),
                 traceparent=str(header.get("traceparent", "") or ""),
                 status=str(header.get("status", "ok")),
+                sender_type=_role(header.get("sender_type"), "agent"),
+                target_type=_role(header.get("target_type"), "agent" if target else "topic"),
             )
         except InvalidMessage:
             raise
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise InvalidMessage(f"malformed envelope: {exc!r}") from None
         if msg.type not in MESSAGE_TYPES:
             raise InvalidMessage(f"unknown message type {msg.type!r}")
@@ -220,3 +236,55 @@ class Message:
             raise InvalidMessage(f"unknown status {msg.status!r}")
         check_options(msg.priority, msg.qos, msg.ttl)
         return msg
+
+
+#: The most a role may be: it travels with every message that has one.
+MAX_ROLE = 64
+
+
+def _role(value: Any, default: str) -> str:
+    """An envelope role as a Message keeps it: "" for the default one."""
+    if value is None or value == default or value == "":
+        return ""
+    if value.__class__ is not str or len(value) > MAX_ROLE or not value.isprintable():
+        raise InvalidMessage(f"a role (sender_type, target_type) must be a printable string of at most "
+                             f"{MAX_ROLE} characters, got {value!r}")
+    return str(value)
+
+
+_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?", re.ASCII)
+
+
+def iso_timestamp(seconds: float) -> str:
+    """``seconds`` since the epoch as ISO 8601 UTC with ``Z``, with every
+    digit of the float (``"2026-05-12T10:30:00Z"``, ``"...:00.1234567Z"``),
+    so :func:`parse_timestamp` gives back exactly the same float."""
+    whole = math.floor(seconds)
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+    if seconds == whole:
+        return text + "Z"
+    digits = repr(float(seconds))
+    if whole >= 0 and "e" not in digits:
+        return f"{text}.{digits.partition('.')[2]}Z"
+    fraction = f"{min(seconds - whole, 0.999999999):.9f}"[1:]  # before 1970, or an exponent: nanoseconds
+    return f"{text}{fraction}Z"
+
+
+def parse_timestamp(text: str) -> float:
+    """An ISO 8601 date and time as seconds since the epoch (no offset: UTC);
+    ValueError when it is not one."""
+    found = _ISO.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(f"not an ISO 8601 timestamp: {text[:64]!r}")
+    year, month, day, hour, minute, second, fraction, zone = found.groups()
+    datetime(int(year), int(month), int(day), int(hour), int(minute), int(second))  # ValueError when out of range
+    whole = calendar.timegm((int(year), int(month), int(day), int(hour), int(minute), int(second), 0, 0, 0))
+    if zone and zone != "Z":
+        sign = 1 if zone[0] == "+" else -1
+        digits = zone[1:].replace(":", "")
+        whole -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    if not fraction:
+        return float(whole)
+    if whole >= 0:
+        return float(f"{whole}.{fraction}")
+    return whole + float(f"0.{fraction}")

@@ -22,7 +22,7 @@ from typing import Any, Callable, Final
 import msgpack
 
 from ..errors import FrameError, InvalidMessage
-from ..message import MESSAGE_TYPES, STATUSES, Message
+from ..message import MAX_ROLE, MESSAGE_TYPES, STATUSES, Message
 from .control import (
     ACK,
     BLOCKED,
@@ -141,8 +141,10 @@ def encode_message(msg: Message, max_payload: int, pack: ItemPacker | None = Non
             _STATUS_CODE[msg.status],
             msg.payload,
         ]
-        if msg.traceparent:  # a 16th field, only on a message its node traced
-            fields.append(msg.traceparent)
+        if msg.traceparent or msg.sender_type or msg.target_type:
+            fields.append(msg.traceparent)  # a 16th field, on a message its node traced
+            if msg.sender_type or msg.target_type:  # a 17th, on one with an envelope's roles
+                fields.append([msg.sender_type, msg.target_type])
         item: bytes = packer.pack(fields)
     except KeyError as exc:
         packer.tuples = False
@@ -183,13 +185,19 @@ def encode_item(item: list[Any]) -> bytes:
 
 def message_from_item(item: list[Any]) -> Message:
     """Build a Message from a decoded MSG item; raise FrameError if malformed."""
-    traceparent = ""
+    traceparent = sender_type = target_type = ""
     if len(item) != _MSG_FIELDS:
-        if len(item) != _MSG_FIELDS + 1:
+        if not _MSG_FIELDS < len(item) <= _MSG_FIELDS + 2:
             raise FrameError("malformed", "wrong message field count")
         traceparent = item[_MSG_FIELDS]
         if traceparent.__class__ is not str:
             raise FrameError("malformed", "bad message field type")
+        if len(item) > _MSG_FIELDS + 1:
+            roles = item[_MSG_FIELDS + 1]
+            if (roles.__class__ is not list or len(roles) != 2 or any(
+                    r.__class__ is not str or len(r) > MAX_ROLE for r in roles)):
+                raise FrameError("malformed", "bad roles")
+            sender_type, target_type = roles
         item = item[:_MSG_FIELDS]
     (
         _,
@@ -245,4 +253,6 @@ def message_from_item(item: list[Any]) -> Message:
         status,
         msg_id,
         traceparent,
+        sender_type,
+        target_type,
     )

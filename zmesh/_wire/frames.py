@@ -29,7 +29,7 @@ __all__ = [
 
 PROTOCOL_VERSION: Final = 1
 MSG: Final = 0  # the item kind of a message
-MSG_FIELDS: Final = 15  # [MSG, id, ..., status, payload]; a traced message adds a traceparent
+MSG_FIELDS: Final = 15  # [MSG, id, ..., status, payload]; then a traceparent and roles, when it has them
 #: Kind of a bad item. Not an int, so nothing on the wire can claim it.
 BAD: Final = "bad"
 #: Items a frame may hold: the work one frame costs stays bounded. Senders
@@ -184,7 +184,7 @@ def _header(raw: bytes) -> list[Any] | None:
     unpacker.feed(raw)
     try:
         count = unpacker.read_array_header()
-        if count != MSG_FIELDS and count != MSG_FIELDS + 1:
+        if not MSG_FIELDS <= count <= MSG_FIELDS + 2:
             return None
         fields = [unpacker.unpack() for _ in range(MSG_FIELDS - 1)]
     except Exception:

@@ -152,6 +152,9 @@ class Agent:
             timeout=timeout,
         ))
 
+    def send_envelope(self, envelope: dict[str, Any], *, timeout: float | None = None) -> Message:
+        return self._wait(self._agent.send_envelope(envelope, timeout=timeout))
+
     def request(
         self,
         target: str,
