@@ -22,7 +22,7 @@ import pytest
 
 os.environ["ZMESH_INTERFACES"] = "127.0.0.1"
 
-pytest_plugins = ["tests.netns"]  # the netns_lab fixture
+pytest_plugins = ["tests.netns", "tests.brokers"]  # the netns_lab fixture; brokers started for the tests
 
 ASYNC_TEST_TIMEOUT = 30.0
 

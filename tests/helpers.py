@@ -12,6 +12,9 @@ from zmesh.transport.memory import MemoryBroker, MemoryTransport
 
 _mesh_ids = itertools.count()
 
+#: Where the brokers the tests started listen, by transport name (tests/brokers.py fills it).
+BROKERS: dict[str, str] = {}
+
 FROZEN_WORLD = zmesh.LivenessConfig(heartbeat=30.0, evasive_after=1800.0, expire_after=3600.0)
 
 
@@ -45,9 +48,11 @@ class Mesh:
             # Liveness runs on the node's clock too. A fake clock jumps while
             # real peers cannot answer, so expiry stays beyond any jump a test makes.
             options.setdefault("liveness", FROZEN_WORLD)
-        transport: str | MemoryTransport = self.transport
+        transport: Any = self.transport
         if self.transport == "memory":
             transport = MemoryTransport(self.broker)
+        elif self.transport in BROKERS:
+            transport = BROKERS[self.transport]  # the URL of the server tests/brokers.py started
         node = zmesh.Node(self.name, transport=transport, **options)
         self.nodes.append(node)
         await node.start()

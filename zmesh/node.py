@@ -42,7 +42,7 @@ from .observer import Observer
 from .registry import MeshEvent, Registry
 from .security import TrustSpec, resolve_security, trust_store
 from .store import SqliteStore, Store
-from .transport import make_transport, transport_class
+from .transport import default_transport, make_transport, transport_class
 from .transport.base import Transport
 from .transport.message import MessageTransport
 
@@ -62,7 +62,9 @@ class Node:
         name replaces its old incarnation. Default (None): computed, as
         ``host-pid-random``.
     ``transport``
-        ``"zmq"`` (default), ``"inproc"`` (nodes of one process) or a Transport.
+        ``"zmq"``, ``"inproc"`` (nodes of one process), a broker's URL
+        (``"nats://127.0.0.1:4222"``, see docs/transports.md) or a Transport.
+        Default (None): ``$ZMESH_TRANSPORT``, else ``"zmq"``.
     ``seeds``
         Router endpoints (``node.endpoint``) of any members to join through;
         each is knocked on until it answers (a warning is logged if it does not).
@@ -132,7 +134,7 @@ class Node:
         mesh: str,
         *,
         name: str | None = None,
-        transport: str | Transport | MessageTransport = "zmq",
+        transport: str | Transport | MessageTransport | None = None,
         seeds: Iterable[str] = (),
         interfaces: str | Sequence[str] | None = None,
         discovery: bool | None = None,
@@ -169,6 +171,8 @@ class Node:
         if store is not None and not isinstance(store, Store):
             store = SqliteStore(store)
         self.store: Store | None = store
+        if transport is None:
+            transport = default_transport()
         # ZMESH_KEY/ZMESH_TRUSTED apply to a transport with keys that the node makes itself.
         env_keys = isinstance(transport, str) and transport_class(transport).capabilities.keys
         self._security = resolve_security(key, trusted, insecure, None if env_keys else {})

@@ -32,8 +32,6 @@ from typing import Any, Callable, Generic, Iterable, TypeVar
 
 from .._engine import EngineConfig
 from .._engine.config import HEADER_ALLOWANCE, MAX_LOGGED_DROPS
-from .._wire import codec
-from .._wire.frames import decode_item
 from .._wire.names import node_address, printable
 from ..clock import Clock, SystemClock, TimerHandle
 from ..errors import FrameError, InvalidMessage, NodeClosed, PeerLost, Timeout, TransportError, ZmeshError
@@ -95,14 +93,14 @@ class MessageMesh(Generic[S]):
         self.running = False
         self.started_at = -math.inf
         self._pending: dict[RequestKey, _Pending] = {}
-        self._pack = codec.ItemPacker(config.encoder)
+        self.wire = transport.make_wire(config.max_payload, config.encoder, config.decoder)
         self._closed = False
         self.messages_sent = 0
         self.messages_received = 0
         self.counters: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
         self._logged: set[tuple[str, str]] = set()
-        self.records = Records(config, transport, self._pack, self.drop)
+        self.records = Records(config, transport, self.wire, self.drop)
         self.registry = self.records.registry
         self._agents = self.records.agents  # what is hosted here (the records keep it)
         self.sink: S = make_sink(self)
@@ -161,7 +159,9 @@ class MessageMesh(Generic[S]):
         self.records.remove_agent(agent_id)
 
     def is_settled(self) -> bool:
-        return self.records.is_settled()
+        """Every peer has our latest record, and the broker has every address
+        and pattern we asked for (a broadcast sent now reaches our agents)."""
+        return self.records.is_settled() and self.transport.is_flushed()
 
     def all_acked(self) -> bool:
         return True  # acknowledgements are the broker's
@@ -202,14 +202,11 @@ class MessageMesh(Generic[S]):
             log.warning("zmesh %s: dropped input from %s: %s%s (logged once per peer and reason)",
                         self.node_id, printable(where) or "unknown", reason, f" ({detail})" if detail else "")
 
-    def _encode(self, msg: Message, node_id: str | None) -> bytes:
+    def _encode(self, msg: Message, node_id: str | None) -> Any:
         limit = self.config.max_payload
         if node_id is not None and node_id != self.node_id:
             limit = min(limit, self.registry.max_payload(node_id) or limit)
-        item = codec.encode_message(msg, self.config.max_payload, self._pack)
-        if len(item) > limit:
-            raise codec.too_big(msg, len(item), limit, f" of node {node_id!r}", self._pack)
-        return item
+        return self.wire.encode(msg, limit)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -276,7 +273,7 @@ class MessageMesh(Generic[S]):
             reply.status = "error"
             reply.payload = {"type": "InvalidMessage", "message": str(exc)[:512]}
             data = self._encode(reply, route)
-        if route is None:
+        if route is None and not self.transport.reaches(target):
             self.sink.dead(reply, "not_found", "the requester is gone", target)
             return
         self.transport.send(target, data)
@@ -300,27 +297,18 @@ class MessageMesh(Generic[S]):
 
     # -- what the transport tells (MessageHost) ----------------------------
 
-    def _decoded(self, data: bytes) -> Message | None:
+    def _decoded(self, data: Any) -> Message | None:
         try:
-            item = decode_item(data)
-            if not item or item[0] != codec.MSG:
-                raise FrameError("malformed", "not a message")
-            msg = codec.message_from_item(item)
-            decoder = self.config.decoder
-            if decoder is not None:
-                msg.payload = codec.decode_payload(msg.payload, decoder)
+            return self.wire.decode(data)
         except FrameError as exc:
             self.drop(exc.reason, "broker", exc.detail)
-            return None
         except ZmeshError as exc:
             self.drop("rejected", "broker", str(exc))
-            return None
         except Exception as exc:  # the node's decoder raised
             self.drop("decoder_error", "broker", f"{type(exc).__name__}: {exc}"[:200])
-            return None
-        return msg
+        return None
 
-    def on_message(self, data: bytes) -> None:
+    def on_message(self, data: Any) -> None:
         msg = self._decoded(data)
         if msg is None or not self.running:
             return
@@ -336,7 +324,7 @@ class MessageMesh(Generic[S]):
             return
         origin = self.registry.node_of(msg.sender) or UNKNOWN_ORIGIN
         if msg.target in self._agents:
-            self.sink.deliver(msg.target, msg, False, origin, len(data))
+            self.sink.deliver(msg.target, msg, False, origin, self.wire.size(data))
         elif msg.target == node_address(self.node_id):
             if self.records.seen(msg):
                 self.watch.wake()  # settled() may be true now
@@ -348,14 +336,14 @@ class MessageMesh(Generic[S]):
             if msg.correlation_id:
                 self.reply(msg, "not_found", why)
 
-    def on_publication(self, data: bytes) -> None:
+    def on_publication(self, data: Any) -> None:
         msg = self._decoded(data)
         if msg is None or not self.running:
             return
         self.messages_received += 1
         for agent_id, (_, subs) in list(self._agents.items()):
             if agent_id != msg.sender and subs and any(matches(p, msg.topic) for p in subs):
-                self.sink.deliver(agent_id, msg, True, "", len(data))
+                self.sink.deliver(agent_id, msg, True, "", self.wire.size(data))
 
     def on_record(self, node_id: str, data: bytes | None) -> None:
         if node_id == self.node_id or not self.running:
@@ -374,6 +362,9 @@ class MessageMesh(Generic[S]):
     def on_records_loaded(self) -> None:
         self.records.loaded = True
         self.watch.wake()
+
+    def on_flushed(self) -> None:
+        self.watch.wake()  # settled() may be true now
 
     def on_transport_drop(self, reason: str, where: str) -> None:
         self.drop(reason, where)

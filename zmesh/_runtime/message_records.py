@@ -15,12 +15,11 @@ from typing import Any, Callable
 import msgpack
 
 from .._engine import EngineConfig
-from .._wire import codec
 from .._wire.names import node_address
 from ..errors import FrameError
 from ..message import Message
 from ..registry import MeshEvent, NodeRecord, Registry, parse_record
-from ..transport.message import MessageTransport
+from ..transport.message import MessageTransport, MessageWire
 
 __all__ = ["Records", "RECORD_SEEN"]
 
@@ -33,7 +32,7 @@ class Records:
     """This node's agents and record, and the registry of everyone's."""
 
     def __init__(
-        self, config: EngineConfig, transport: MessageTransport, pack: codec.ItemPacker,
+        self, config: EngineConfig, transport: MessageTransport, wire: MessageWire,
         drop: Callable[[str, str, str], None],
     ) -> None:
         self.config = config
@@ -49,7 +48,7 @@ class Records:
         self._patterns: Counter[str] = Counter()  # pattern -> how many local agents subscribe to it
         self._seq = 0
         self._seen_by: dict[str, int] = {}  # peer -> the latest seq of our record it has
-        self._pack = pack
+        self._wire = wire
         self._drop = drop
         self.registry.merge(self.record())
 
@@ -149,7 +148,7 @@ class Records:
         me = node_address(self.node_id)
         note = Message("notify", me, node_address(node_id), RECORD_SEEN, seq, timestamp=self.config.wall_clock(),
                        id=self.config.new_id())
-        self.transport.send(note.target, codec.encode_message(note, self.config.max_payload, self._pack))
+        self.transport.send(note.target, self._wire.encode(note, self.config.max_payload))
 
     def seen(self, msg: Message) -> bool:
         """Is ``msg`` (for our node address) a peer's RECORD_SEEN? Then it is taken in."""

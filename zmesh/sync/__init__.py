@@ -94,7 +94,7 @@ class Node:
         mesh: str,
         *,
         name: str | None = None,
-        transport: str | Transport | MessageTransport = "zmq",
+        transport: str | Transport | MessageTransport | None = None,
         seeds: Iterable[str] = (),
         interfaces: str | Sequence[str] | None = None,
         discovery: bool | None = None,

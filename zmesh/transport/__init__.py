@@ -11,6 +11,7 @@ Each declares its :class:`TransportCapabilities`; the node decides from them.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Sequence
 
 from .base import Transport, TransportCapabilities
@@ -23,7 +24,15 @@ if TYPE_CHECKING:
     from ..security import Security
 
 __all__ = ["FrameTransport", "MessageHost", "MessageTransport", "Transport", "TransportCapabilities",
-           "make_transport", "transport_class"]
+           "default_transport", "make_transport", "transport_class"]
+
+#: Names the transport a node makes when it is given none.
+TRANSPORT_ENV_VAR = "ZMESH_TRANSPORT"
+
+
+def default_transport() -> str:
+    """``$ZMESH_TRANSPORT`` (a name or a URL), else ``"zmq"``."""
+    return os.environ.get(TRANSPORT_ENV_VAR, "").strip() or "zmq"
 
 
 def transport_class(spec: str | Transport | MessageTransport) -> type[Transport] | type[MessageTransport]:
@@ -39,14 +48,20 @@ def transport_class(spec: str | Transport | MessageTransport) -> type[Transport]
         from .zmq import ZmqTransport
 
         return ZmqTransport
-    raise ValueError(f"unknown transport {spec!r}: use 'zmq', 'inproc' or a Transport instance")
+    if isinstance(spec, str) and spec.startswith(("nats://", "tls://")):
+        from .nats import NatsTransport
+
+        return NatsTransport
+    raise ValueError(
+        f"unknown transport {spec!r}: use 'zmq', 'inproc', a nats://host:port URL, or a Transport instance")
 
 
 def make_transport(
     spec: str | Transport | MessageTransport, interfaces: str | Sequence[str] | None, port: int = 0, pub_port: int = 0,
     security: Security | None = None,
 ) -> Transport | MessageTransport:
-    """A transport from its name (``"zmq"``, ``"inproc"``) or the instance itself.
+    """A transport from its name (``"zmq"``, ``"inproc"``), its URL
+    (``"nats://127.0.0.1:4222"``) or the instance itself.
 
     ``port``, ``pub_port`` (0: any free port) and ``security`` with a key
     (see :mod:`zmesh.security`) are for ``"zmq"`` only.
@@ -63,4 +78,6 @@ def make_transport(
     cls = transport_class(spec)  # the factory's own table of names
     if spec == "zmq":
         return cls(interfaces=interfaces, port=port, pub_port=pub_port, security=security)  # type: ignore[call-arg]
+    if "://" in spec:
+        return cls(spec)  # type: ignore[call-arg]
     return cls()

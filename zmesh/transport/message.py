@@ -28,29 +28,53 @@ exceptions never leave the transport. Sending never blocks and never raises
 for a peer that is gone: what cannot be delivered is dropped and counted
 (``host.on_transport_drop``), as a frame transport does.
 
-The bytes are zmesh's: a node encodes messages and records, and checks what
-it decodes; a transport need not look inside them.
+A message travels in the transport's :class:`MessageWire`, which the node
+gets from :meth:`MessageTransport.make_wire`: by default zmesh's own MSG
+item as bytes (:class:`~zmesh.transport.wires.ItemWire`), which a transport
+need not look inside; a broker transport that plain clients should read
+gives :class:`~zmesh.transport.wires.PlainWire` (headers and a JSON body).
+The node encodes with it (so a message that cannot travel is refused at the
+caller, before the transport sees it) and decodes with it what arrives. A
+membership record is opaque bytes, the node's to write and read.
 """
 
 from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
+from ..message import Message
 from .base import TransportCapabilities
 
-__all__ = ["MessageHost", "MessageTransport"]
+__all__ = ["MessageHost", "MessageTransport", "MessageWire"]
+
+
+class MessageWire(Protocol):
+    """How one transport's messages look on its broker."""
+
+    def encode(self, msg: Message, limit: int) -> Any:
+        """``msg`` as the transport carries it; InvalidMessage (nothing sent)
+        when it cannot travel or is over ``limit`` bytes."""
+        ...
+
+    def decode(self, data: Any) -> Message:
+        """The Message ``data`` carries; FrameError when it is malformed."""
+        ...
+
+    def size(self, data: Any) -> int:
+        """About how many bytes ``data`` is (inbox limits count them)."""
+        ...
 
 
 class MessageHost(Protocol):
     """The callbacks a message-level transport makes into its node (on the node's loop)."""
 
-    def on_message(self, data: bytes) -> None:
-        """A message for one of the addresses this node listens on."""
+    def on_message(self, data: Any) -> None:
+        """A message for one of the addresses this node listens on (in the transport's wire)."""
         ...
 
-    def on_publication(self, data: bytes) -> None:
+    def on_publication(self, data: Any) -> None:
         """A publication on a topic that one of this node's patterns matches (once per publication)."""
         ...
 
@@ -67,6 +91,10 @@ class MessageHost(Protocol):
         """Something was dropped and counted (``reason``), about ``where``."""
         ...
 
+    def on_flushed(self) -> None:
+        """:meth:`MessageTransport.is_flushed` has become true."""
+        ...
+
 
 class MessageTransport(ABC):
     """A transport that routes whole messages (``capabilities.level == "message"``)."""
@@ -77,6 +105,10 @@ class MessageTransport(ABC):
     router_endpoint: str = ""
     pub_endpoint: str = ""
     public_key: str | None = None
+    #: The most bytes one message may be on this transport's broker, as its
+    #: wire encodes it (known once started; None: no limit but the node's
+    #: own). The wire refuses a bigger one at the caller.
+    max_message: int | None = None
 
     @abstractmethod
     async def start(self, host: MessageHost, mesh: str, node_id: str, loop: asyncio.AbstractEventLoop) -> None:
@@ -91,8 +123,10 @@ class MessageTransport(ABC):
     def unlisten(self, address: str) -> None: ...
 
     @abstractmethod
-    def send(self, address: str, data: bytes) -> None:
-        """Deliver ``data`` to the node that listens on ``address``; never blocks."""
+    def send(self, address: str, data: Any) -> None:
+        """Deliver ``data`` (made by this transport's wire) to the node that
+        listens on ``address``, or to a broker-native address that
+        :meth:`reaches`; never blocks."""
 
     @abstractmethod
     def subscribe(self, pattern: str) -> None:
@@ -102,7 +136,7 @@ class MessageTransport(ABC):
     def unsubscribe(self, pattern: str) -> None: ...
 
     @abstractmethod
-    def publish(self, topic: str, data: bytes) -> None:
+    def publish(self, topic: str, data: Any) -> None:
         """Deliver ``data`` to every node subscribed to a pattern matching ``topic``."""
 
     @abstractmethod
@@ -112,6 +146,26 @@ class MessageTransport(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Withdraw this node's record and addresses, then disconnect."""
+
+    def make_wire(self, max_payload: int, encoder: Callable[[Any], Any] | None,
+                  decoder: Callable[[dict[Any, Any]], Any] | None) -> MessageWire:
+        """The wire the node encodes and decodes this transport's messages
+        with (``encoder``/``decoder``: the node's payload hooks). Default:
+        zmesh's MSG item as bytes."""
+        from .wires import ItemWire
+
+        return ItemWire(max_payload, encoder, decoder)
+
+    def is_flushed(self) -> bool:
+        """Has the broker every address, pattern and record asked of this
+        transport so far? (``node.settled()`` and ``subscribe()`` wait for
+        it; say so with ``host.on_flushed()``.) Default: yes, at once."""
+        return True
+
+    def reaches(self, address: str) -> bool:
+        """Is ``address`` one this transport delivers to by itself, with no
+        node listening (a plain client's reply address)? Default: no."""
+        return False
 
     def check_endpoint(self, endpoint: str) -> None:  # noqa: B027 - optional hook
         """Seeds do not apply to a message-level transport (its broker is the meeting point)."""

@@ -137,9 +137,10 @@ _REFUSAL_FILTER = _RefusalsSaidByTheCommand()
 async def join(args: argparse.Namespace) -> Node:
     """A started node that has joined the mesh ``args`` names: every member it heard of, if in time."""
     try:
-        node = Node(args.mesh, name=cli_node_name(), seeds=args.seed, interfaces=args.interfaces,
-                    port=args.port, key=args.key, trusted=args.trusted, insecure=args.insecure)
-    except ValueError as exc:  # e.g. a mesh name Node refuses
+        node = Node(args.mesh, name=cli_node_name(), transport=args.transport, seeds=args.seed,
+                    interfaces=args.interfaces, port=args.port, key=args.key, trusted=args.trusted,
+                    insecure=args.insecure)
+    except (ValueError, ZmeshError) as exc:  # e.g. a mesh name Node refuses, a transport it cannot make
         raise CliError(str(exc), exit_code=2) from None
     events = node.events()  # from before the start, so no refusal is missed
     logging.getLogger("zmesh").addFilter(_REFUSAL_FILTER)

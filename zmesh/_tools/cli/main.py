@@ -77,6 +77,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="router endpoint of a member, e.g. tcp://127.0.0.1:5555 (repeatable)")
     parser.add_argument("--interfaces", default=None,
                         help="'local' (default), 'lan', or interface names/addresses, comma-separated")
+    parser.add_argument("--transport", default=None,
+                        help="'zmq' (default: $ZMESH_TRANSPORT, else zmq), or a broker's URL, e.g. "
+                             "nats://127.0.0.1:4222")
     parser.add_argument("--wait", type=_positive, default=2.0,
                         help="seconds to wait for the mesh to answer (default 2)")
     _port_option(parser, "this command's node's")
