@@ -219,3 +219,15 @@ async def test_the_command_line_requests_over_nats(nats: str) -> None:
         code, out, err = await run_zmesh("request", "--mesh", m.name, "--transport", "nats://127.0.0.1:1",
                                          "echo", "math.add", "1")
         assert code != 0 and "cannot reach the NATS server at nats://127.0.0.1:1" in err
+
+
+@pytest.mark.parametrize("name", ["lab", "a.b", "x*y>z", "100%", "ünï:côde", "%2E", "=3D", "host-123_x"])
+def test_names_on_the_server_are_one_token_and_come_back(name: str) -> None:
+    from zmesh.transport._nats_names import bucket_name, from_kv_key, kv_key, subject_token, unescape
+
+    token = subject_token(name)
+    assert not any(c in token for c in ".*> ") and unescape(token) == name
+    key = kv_key(name)
+    assert all(c.isascii() and (c.isalnum() or c in "-_=") for c in key) and from_kv_key(key) == name
+    assert all(c.isascii() and (c.isalnum() or c in "-_") for c in bucket_name(name))
+    assert len({bucket_name(n) for n in ("a.b", "a_b", "a_2e_b")}) == 3  # no two meshes share a bucket

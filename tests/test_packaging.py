@@ -36,6 +36,7 @@ DISTRIBUTIONS_OF = {
     "zmq": {"pyzmq"},
     "yaml": {"PyYAML"},
     "opentelemetry": {"opentelemetry-api", "opentelemetry-sdk"},  # a namespace package
+    "nats": {"nats-py"},
 }
 
 OLDEST, NEWEST = (3, 10), (3, 13)

@@ -37,9 +37,10 @@ from ..errors import TransportError
 from ..topics import matches
 from .base import TransportCapabilities
 from .message import MessageHost, MessageTransport, MessageWire
+from ._nats_names import bucket_name, from_kv_key, kv_key, subject_token, unescape
 from .wires import JSON, PlainMessage, PlainWire
 
-__all__ = ["NatsTransport", "subject_token", "kv_key"]
+__all__ = ["NatsTransport"]
 
 log = logging.getLogger("zmesh")
 
@@ -48,41 +49,6 @@ REPLY_PREFIX = "nats:"
 #: Seconds an address stays subscribed after its agent left (see ``unlisten``).
 LINGER = 2.0
 _NODE_PREFIX = "zmesh.node."
-
-
-def subject_token(name: str) -> str:
-    """``name`` as one subject token: ``%``, ``.``, ``*`` and ``>`` escaped as ``%XX``."""
-    if not any(c in name for c in "%.*>"):
-        return name
-    return "".join(f"%{ord(c):02X}" if c in "%.*>" else c for c in name)
-
-
-def kv_key(name: str) -> str:
-    """``name`` as a KV key (``[-_=a-zA-Z0-9]``): any other character as ``=XX`` per UTF-8 byte."""
-    out = []
-    for c in name:
-        if c.isascii() and (c.isalnum() or c in "-_"):
-            out.append(c)
-        else:
-            out.extend(f"={b:02X}" for b in c.encode())
-    return "".join(out)
-
-
-def _from_kv_key(key: str) -> str:
-    raw = bytearray()
-    i = 0
-    while i < len(key):
-        if key[i] == "=" and i + 2 < len(key) + 0:
-            raw += bytes.fromhex(key[i + 1:i + 3])
-            i += 3
-        else:
-            raw += key[i].encode()
-            i += 1
-    return raw.decode()
-
-
-def _bucket(mesh: str) -> str:
-    return "zmesh_" + "".join(c if c.isascii() and c.isalnum() or c == "-" else f"_{ord(c):x}_" for c in mesh)
 
 
 def _import_nats() -> Any:
@@ -176,7 +142,7 @@ class NatsTransport(MessageTransport):
         self.max_message = int(self._nc.max_payload)  # the server's limit, headers included
         try:
             js = self._nc.jetstream()
-            bucket = _bucket(mesh)
+            bucket = bucket_name(mesh)
             try:
                 self._kv = await js.key_value(bucket)
             except BucketNotFoundError:
@@ -359,7 +325,7 @@ class NatsTransport(MessageTransport):
         rest = msg.subject[len(self._prefix):]
         kind, _, rest = rest.partition(".")
         name, _, topic = rest.partition(".")
-        target = name if kind == "agent" else _NODE_PREFIX + _unescape(name)
+        target = name if kind == "agent" else _NODE_PREFIX + unescape(name)
         host.on_message(PlainMessage(dict(msg.headers or {}), msg.data, target, topic, msg.reply or ""))
 
     def _on_pub(self, pattern: str) -> Callable[[Any], Coroutine[Any, Any, None]]:
@@ -384,7 +350,7 @@ class NatsTransport(MessageTransport):
         parts = msg.subject[len(self._prefix):].split(".")
         if len(parts) != 5:
             return
-        _, _, reply_to, correlation_id, target = (_unescape(p) for p in parts)
+        _, _, reply_to, correlation_id, target = (unescape(p) for p in parts)
         why = f"no node listens for agent {target!r} any more (NATS: no responders)"
         headers = {"Zmesh-Type": "result", "Zmesh-Correlation-Id": correlation_id, "Zmesh-Status": "not_found",
                    "Zmesh-Sender": target, "Content-Type": JSON}
@@ -401,7 +367,7 @@ class NatsTransport(MessageTransport):
                     loaded = True
                     host.on_records_loaded()
                 continue
-            node_id = _from_kv_key(entry.key)
+            node_id = from_kv_key(entry.key)
             if node_id == self._node_id:
                 continue
             if entry.operation in ("DEL", "PURGE") or not entry.value:
@@ -448,20 +414,3 @@ class NatsTransport(MessageTransport):
 
     def stats(self) -> dict[str, int]:
         return dict(self._counters)
-
-
-def _unescape(token: str) -> str:
-    if "%" not in token:
-        return token
-    out, i = [], 0
-    while i < len(token):
-        if token[i] == "%" and i + 2 < len(token) + 1:
-            try:
-                out.append(chr(int(token[i + 1:i + 3], 16)))
-                i += 3
-                continue
-            except ValueError:
-                pass
-        out.append(token[i])
-        i += 1
-    return "".join(out)
