@@ -53,6 +53,7 @@ class Mesh:
             transport = MemoryTransport(self.broker)
         elif self.transport in BROKERS:
             transport = BROKERS[self.transport]  # the URL of the server tests/brokers.py started
+        transport = options.pop("transport", transport)  # a test's own transport object (its options)
         node = zmesh.Node(self.name, transport=transport, **options)
         self.nodes.append(node)
         await node.start()

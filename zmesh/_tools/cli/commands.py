@@ -140,7 +140,7 @@ async def join(args: argparse.Namespace) -> Node:
         node = Node(args.mesh, name=cli_node_name(), transport=args.transport, seeds=args.seed,
                     interfaces=args.interfaces, port=args.port, key=args.key, trusted=args.trusted,
                     insecure=args.insecure)
-    except (ValueError, ZmeshError) as exc:  # e.g. a mesh name Node refuses, a transport it cannot make
+    except ValueError as exc:  # e.g. a mesh name Node refuses (a ZmeshError is the mesh's answer: exit 1)
         raise CliError(str(exc), exit_code=2) from None
     events = node.events()  # from before the start, so no refusal is missed
     logging.getLogger("zmesh").addFilter(_REFUSAL_FILTER)
