@@ -1022,6 +1022,35 @@ async def test_events_report_joins_and_leaves(transport: str) -> None:
             await events.aclose()  # type: ignore[attr-defined]
 
 
+async def test_a_node_closing_while_its_handler_runs_tells_the_requester_at_once(transport: str) -> None:
+    """The requester hears PeerLost when the node starts closing, not when the
+    handler it waits for ends (a plain handler in a thread runs on a while)."""
+    import threading
+
+    async with Mesh(transport) as m:
+        n1, n2 = await start_nodes(m, 2)
+        a, c = n1.agent("a"), n2.agent("c")
+        started, release = threading.Event(), threading.Event()
+
+        def slow(msg: Message) -> str:  # a blocking call in a worker thread
+            started.set()
+            release.wait(10)
+            return "done"
+
+        c.add_handler("slow.op", slow)
+        await m.converged()
+        task = asyncio.ensure_future(a.request("c", "slow.op", timeout=20))
+        await wait_for(started.is_set)
+        closing = asyncio.ensure_future(n2.close())
+        try:
+            with pytest.raises(zmesh.PeerLost):
+                await asyncio.wait_for(task, 5)  # the handler is still blocked
+            assert not release.is_set()
+        finally:
+            release.set()
+            await closing
+
+
 async def test_closing_a_node_removes_its_agents_and_fails_requests_to_it(transport: str) -> None:
     clock = FakeClock()  # never advanced: the failure is not a timeout
     async with Mesh(transport, clock=clock) as m:

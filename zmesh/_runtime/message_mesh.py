@@ -118,12 +118,15 @@ class MessageMesh(Generic[S]):
         """Nothing to discover: the broker is where nodes meet."""
 
     async def leave(self) -> None:
+        was_running = self.running
         self.running = False
         self.records.live = False
         self._closed = True
         for key, pending in list(self._pending.items()):
             self._finish(key, pending)
             self.sink.resolved(key, None, NodeClosed("the node was closed"))
+        if was_running:
+            await self.transport.withdraw()  # the peers hear it now, as a BYE tells them over frames
 
     async def close(self, started: bool) -> None:
         self.watch.wake()

@@ -170,6 +170,17 @@ class MemoryTransport(MessageTransport):
         for other in others:
             other._call(other.host_on_record, self._node_id, data)
 
+    async def withdraw(self) -> None:
+        room = self._room
+        if room is None:
+            return
+        with self.broker.lock:
+            had_record = room.records.pop(self._node_id, None) is not None
+            others = [m for m in room.members.values() if m is not self]
+        if had_record:
+            for other in others:
+                other._call(other.host_on_record, self._node_id, None)
+
     async def close(self) -> None:
         room = self._room
         if room is None:

@@ -143,6 +143,11 @@ class MessageTransport(ABC):
     def put_record(self, data: bytes) -> None:
         """Keep this node's membership record (replacing the last one) where every node sees it."""
 
+    async def withdraw(self) -> None:  # noqa: B027 - optional hook
+        """The node is closing: take its record away now, so every peer hears
+        it is gone at once, while its handlers may still be finishing
+        (``close`` follows). Default: nothing; ``close`` withdraws it."""
+
     @abstractmethod
     async def close(self) -> None:
         """Withdraw this node's record and addresses, then disconnect."""

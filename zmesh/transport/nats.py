@@ -159,16 +159,30 @@ class NatsTransport(MessageTransport):
         self._tasks.append(loop.create_task(self._watch()))
         self._tasks.append(loop.create_task(self._beat()))
 
+    async def withdraw(self) -> None:
+        if self._kv is None or self._closing or self._record is None:
+            return
+        self._record = None  # not renewed any more
+        if self._renewal is not None:
+            with contextlib.suppress(BaseException):
+                await self._renewal  # a renewal landing after the delete would bring the record back
+        await self._sent()  # what was asked before goes first (replies, record changes)
+        try:
+            await self._kv.delete(self._key)
+        except Exception:
+            self._count("withdraw_failed")  # the record then expires: the peers hear it later
+
     async def close(self) -> None:
         if self._nc is None or self._closing:
             return
-        self._closing = True
+        self._closing = True  # nothing more is queued
         for timer in self._lingering.values():
             timer.cancel()
         self._lingering.clear()
         with contextlib.suppress(Exception):
-            await self._drain_out()
-            await self._kv.delete(self._key)
+            await self._sent()
+            if self._record is not None:
+                await self._kv.delete(self._key)
         tasks = [*self._tasks, *([self._renewal] if self._renewal is not None else [])]
         for task in tasks:
             task.cancel()
@@ -214,6 +228,11 @@ class NatsTransport(MessageTransport):
             self._flusher = None
         if self._host is not None and not self._out:
             self._host.on_flushed()
+
+    async def _sent(self) -> None:
+        """Until everything queued so far has been handed to the client."""
+        while self._flusher is not None:
+            await asyncio.shield(self._flusher)
 
     def is_flushed(self) -> bool:
         return not self._out and self._flusher is None and not self._unconfirmed
