@@ -233,3 +233,11 @@ def test_names_on_the_server_are_one_token_and_come_back(name: str) -> None:
     assert all(c.isascii() and (c.isalnum() or c in "-_=") for c in key) and from_kv_key(key) == name
     assert all(c.isascii() and (c.isalnum() or c in "-_") for c in bucket_name(name))
     assert len({bucket_name(n) for n in ("a.b", "a_b", "a_2e_b")}) == 3  # no two meshes share a bucket
+
+
+async def test_one_transport_object_serves_one_node(nats: str) -> None:
+    shared = NatsTransport(nats)
+    async with zmesh.Node("m", transport=shared):
+        with pytest.raises(zmesh.TransportError, match="give each node its own"):
+            async with zmesh.Node("m", transport=shared):
+                pass

@@ -117,6 +117,8 @@ class NatsTransport(MessageTransport):
     # -- lifecycle ---------------------------------------------------------
 
     async def start(self, host: MessageHost, mesh: str, node_id: str, loop: asyncio.AbstractEventLoop) -> None:
+        if self._nc is not None or self._closing:
+            raise TransportError("this NatsTransport is started already (or closed): give each node its own")
         nats = _import_nats()
         from nats.js.errors import BucketNotFoundError
 
