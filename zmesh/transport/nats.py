@@ -33,6 +33,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Coroutine
 
+from .._wire.names import NODE_ADDRESS_PREFIX, node_address
 from ..errors import TransportError
 from ..topics import matches
 from .base import TransportCapabilities
@@ -48,7 +49,6 @@ log = logging.getLogger("zmesh")
 REPLY_PREFIX = "nats:"
 #: Seconds an address stays subscribed after its agent left (see ``unlisten``).
 LINGER = 2.0
-_NODE_PREFIX = "zmesh.node."
 
 
 def _import_nats() -> Any:
@@ -157,7 +157,7 @@ class NatsTransport(MessageTransport):
                 raise TransportError(f"the NATS server at {self.url} has no JetStream (start it with -js): "
                                      "zmesh keeps the mesh's membership in a key-value bucket") from None
             raise TransportError(f"NATS at {self.url}: cannot open the membership bucket: {exc!r}") from None
-        self._subscribe_now(f"{self._prefix}noresp.{subject_token(node_id)}.>", self._on_no_responders)
+        self._subscribe("noresp", f"{self._prefix}noresp.{subject_token(node_id)}.>", self._on_no_responders)
         self._tasks.append(loop.create_task(self._watch()))
         self._tasks.append(loop.create_task(self._beat()))
 
@@ -250,8 +250,8 @@ class NatsTransport(MessageTransport):
     def listen(self, address: str) -> None:
         if self._relisten(address):
             return
-        if address.startswith(_NODE_PREFIX):
-            subject = f"{self._prefix}node.{subject_token(address[len(_NODE_PREFIX):])}.>"
+        if address.startswith(NODE_ADDRESS_PREFIX):
+            subject = f"{self._node_subject(address)}.>"
         else:
             subject = f"{self._prefix}agent.{address}.>"
         self._subscribe(address, subject, self._on_direct)
@@ -295,9 +295,6 @@ class NatsTransport(MessageTransport):
 
         self._queue(subscribe, confirm=True)
 
-    def _subscribe_now(self, subject: str, callback: Callable[[Any], Coroutine[Any, Any, None]]) -> None:
-        self._subscribe("noresp", subject, callback)
-
     def _unsubscribe(self, key: str) -> None:
         self._lingering.pop(key, None)
         holder = self._subs.pop(key, None)
@@ -314,8 +311,8 @@ class NatsTransport(MessageTransport):
         if address.startswith(REPLY_PREFIX):
             self._publish(address[len(REPLY_PREFIX):], data)
             return
-        if address.startswith(_NODE_PREFIX):
-            self._publish(f"{self._prefix}node.{subject_token(address[len(_NODE_PREFIX):])}.{data.topic}", data)
+        if address.startswith(NODE_ADDRESS_PREFIX):
+            self._publish(f"{self._node_subject(address)}.{data.topic}", data)
             return
         reply = ""
         if data.headers.get("Zmesh-Correlation-Id") and data.headers.get("Zmesh-Type") != "result":
@@ -324,6 +321,10 @@ class NatsTransport(MessageTransport):
                      f"{subject_token(data.headers.get('Zmesh-Reply-To', ''))}."
                      f"{subject_token(data.headers['Zmesh-Correlation-Id'])}.{subject_token(address)}")
         self._publish(f"{self._prefix}agent.{address}.{data.topic}", data, reply)
+
+    def _node_subject(self, address: str) -> str:
+        """``zmesh.MESH.node.NODE`` for node address ``zmesh.node.NODE``."""
+        return f"{self._prefix}node.{subject_token(address[len(NODE_ADDRESS_PREFIX):])}"
 
     def publish(self, topic: str, data: PlainMessage) -> None:
         self._publish(f"{self._prefix}pub.{topic}", data)
@@ -346,7 +347,7 @@ class NatsTransport(MessageTransport):
         rest = msg.subject[len(self._prefix):]
         kind, _, rest = rest.partition(".")
         name, _, topic = rest.partition(".")
-        target = name if kind == "agent" else _NODE_PREFIX + unescape(name)
+        target = name if kind == "agent" else node_address(unescape(name))
         host.on_message(PlainMessage(dict(msg.headers or {}), msg.data, target, topic, msg.reply or ""))
 
     def _on_pub(self, pattern: str) -> Callable[[Any], Coroutine[Any, Any, None]]:

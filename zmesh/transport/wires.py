@@ -42,6 +42,8 @@ HEADERS: Final = {
     "status": "Zmesh-Status", "sender_type": "Zmesh-Sender-Type", "target_type": "Zmesh-Target-Type",
     "content_type": "Content-Type",
 }
+#: The string fields that travel only when they are not empty.
+_WHEN_SET: Final = ("correlation_id", "reply_to", "trace_id", "traceparent", "sender_type", "target_type")
 _MAX_HEADER = 1024  # characters of any one header a peer sent
 
 _unpackb: Callable[..., Any] = msgpack.unpackb
@@ -135,12 +137,10 @@ class PlainWire:
             "Zmesh-Priority": str(msg.priority), "Zmesh-Qos": str(msg.qos),
             "Zmesh-Timestamp": iso_timestamp(msg.timestamp), "Content-Type": content_type,
         }
-        for field, name in (("correlation_id", "Zmesh-Correlation-Id"), ("reply_to", "Zmesh-Reply-To"),
-                            ("trace_id", "Zmesh-Trace-Id"), ("traceparent", "Zmesh-Traceparent"),
-                            ("sender_type", "Zmesh-Sender-Type"), ("target_type", "Zmesh-Target-Type")):
+        for field in _WHEN_SET:
             value = getattr(msg, field)
             if value:
-                headers[name] = value
+                headers[HEADERS[field]] = value
         if msg.ttl is not None:
             headers["Zmesh-Ttl"] = repr(float(msg.ttl))
         if msg.status != "ok":
