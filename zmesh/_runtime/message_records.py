@@ -15,7 +15,7 @@ from typing import Any, Callable
 import msgpack
 
 from .._engine import EngineConfig
-from .._wire.names import node_address
+from .._wire.names import NODE_ADDRESS_PREFIX, node_address
 from ..errors import FrameError
 from ..message import Message
 from ..registry import MeshEvent, NodeRecord, Registry, parse_record
@@ -25,7 +25,6 @@ __all__ = ["Records", "RECORD_SEEN"]
 
 #: The topic of "I have your record up to this seq", from node address to node address.
 RECORD_SEEN = "zmesh.record_seen"
-_NODE_ADDRESS = node_address("")
 
 
 class Records:
@@ -152,9 +151,9 @@ class Records:
 
     def seen(self, msg: Message) -> bool:
         """Is ``msg`` (for our node address) a peer's RECORD_SEEN? Then it is taken in."""
-        if msg.topic != RECORD_SEEN or not msg.sender.startswith(_NODE_ADDRESS):
+        if msg.topic != RECORD_SEEN or not msg.sender.startswith(NODE_ADDRESS_PREFIX):
             return False
-        node_id, seq = msg.sender[len(_NODE_ADDRESS):], msg.payload
+        node_id, seq = msg.sender[len(NODE_ADDRESS_PREFIX):], msg.payload
         if seq.__class__ is int and seq > self._seen_by.get(node_id, -1):
             self._seen_by[node_id] = seq
         return True
