@@ -53,6 +53,11 @@ class NatsServer:
         port = int(self.url.rsplit(":", 1)[1])
         return NatsServer(self.directory, self.max_payload, self.jetstream, port)
 
+    def kill(self) -> None:
+        """SIGKILL: what it had read and not yet stored or forwarded is gone."""
+        self.process.kill()
+        self.process.wait(10)
+
     def stop(self) -> None:
         if self.process.poll() is not None:
             return

@@ -18,7 +18,9 @@ mesh protocol does over frames is done here over addresses:
 
 Flow control is the broker's: :meth:`MessageMesh.admit` always has credit.
 QoS is too: a broker delivers what it accepted as its own guarantees say,
-so acknowledgements and retransmits are not duplicated here.
+so retransmits are not duplicated here. A broker that holds a QoS >= 1
+message until it is acknowledged (JetStream) has it acknowledged once its
+handler ran, or given back when it could not run here (:mod:`.held`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from ..message import Message
 from ..topics import matches
 from ..transport.message import MessageTransport
 from .frame_mesh import LEARN_WINDOW
+from .held import HeldDeliveries
 from .message_records import Records
 from .port import MeshSink, RequestKey
 from .watch import Watch
@@ -100,6 +103,7 @@ class MessageMesh(Generic[S]):
         self.counters: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
         self._logged: set[tuple[str, str]] = set()
+        self.held = HeldDeliveries(transport, self._count)
         self.records = Records(config, transport, self.wire, self.drop)
         self.registry = self.records.registry
         self._agents = self.records.agents  # what is hosted here (the records keep it)
@@ -167,7 +171,8 @@ class MessageMesh(Generic[S]):
         return self.records.is_settled() and self.transport.is_flushed()
 
     def all_acked(self) -> bool:
-        return True  # acknowledgements are the broker's
+        """Has the broker accepted every QoS 1/2 message sent?"""
+        return self.transport.is_confirmed()
 
     # -- traffic ---------------------------------------------------------
 
@@ -186,8 +191,11 @@ class MessageMesh(Generic[S]):
         """Credit is the broker's: nothing to give back."""
 
     def unhandled(self, origin: str, msg: Message) -> None:
-        """A qos >= 1 message dropped before its handler ran: the broker
-        delivered it once, and nobody here sends it again."""
+        """A qos >= 1 message dropped before its handler ran: given back to a
+        broker that holds it (delivered again), else dead-lettered (the
+        broker delivered it once, and nobody here sends it again)."""
+        if self.held.give_back(msg):
+            return
         self.drop("unhandled", msg.target, "dropped before its handler ran")
         self.sink.dead(msg, "busy", "dropped before its handler ran (a message-level mesh does not send it again)",
                        msg.target)
@@ -282,7 +290,8 @@ class MessageMesh(Generic[S]):
         self.transport.send(target, data)
 
     def handled(self, origin: str, msg: Message) -> None:
-        """Acknowledgements are the broker's."""
+        """A one-way qos >= 1 message is done with: acknowledged, if the broker holds it."""
+        self.held.handled(msg)
 
     def broadcast(self, msg: Message) -> int:
         self._check_open()
@@ -315,6 +324,16 @@ class MessageMesh(Generic[S]):
         msg = self._decoded(data)
         if msg is None or not self.running:
             return
+        if self.transport.is_held(data):
+            msg.qos = msg.qos or 1  # the broker keeps it until it is acknowledged (a plain client may not say so)
+            if msg.correlation_id or not self.held.arrived(msg, data):
+                if msg.correlation_id:  # a broker holds one-way messages only: not a request or a reply
+                    self.transport.settle(data, True)
+                    self.drop("malformed", "broker", "a held request or reply")
+                return
+            if msg.target not in self._agents:
+                self.held.give_back(msg)  # delivered again, where its agent is then
+                return
         self.messages_received += 1
         if msg.type == "result" and msg.correlation_id:
             key = (msg.target, msg.correlation_id)
@@ -371,6 +390,9 @@ class MessageMesh(Generic[S]):
 
     def on_transport_drop(self, reason: str, where: str) -> None:
         self.drop(reason, where)
+
+    def _count(self, what: str) -> None:
+        self.counters[what] += 1
 
     # -- what it tells -----------------------------------------------------
 

@@ -18,7 +18,13 @@ A node on such a transport runs no mesh handshake: the transport carries
   every node of every record, and of a record that is gone (its node closed,
   or died and its record expired: an MQTT retained message with a last
   will, a Redis key with a TTL, a NATS KV entry with a max age, a file
-  whose owner stopped touching it).
+  whose owner stopped touching it);
+* **QoS 1/2 held by the broker** (optional): a transport whose broker keeps
+  a one-way QoS >= 1 message until it is acknowledged says, for each one
+  that arrives, that it :meth:`MessageTransport.is_held`; the node
+  settles it (:meth:`MessageTransport.settle`) once its handler ran (or gives it
+  back when it could not run here), and :meth:`MessageTransport.is_confirmed`
+  tells when the broker has accepted every one sent.
 
 Everything arrives through the :class:`MessageHost` the node gives to
 :meth:`MessageTransport.start`, on the node's event loop; the transport
@@ -92,7 +98,7 @@ class MessageHost(Protocol):
         ...
 
     def on_flushed(self) -> None:
-        """:meth:`MessageTransport.is_flushed` has become true."""
+        """:meth:`MessageTransport.is_flushed` or :meth:`MessageTransport.is_confirmed` has become true."""
         ...
 
 
@@ -166,6 +172,22 @@ class MessageTransport(ABC):
         transport so far? (``node.settled()`` and ``subscribe()`` wait for
         it; say so with ``host.on_flushed()``.) Default: yes, at once."""
         return True
+
+    def is_confirmed(self) -> bool:
+        """Has the broker accepted every QoS 1/2 message sent so far (kept
+        it until it is delivered)? (``node.wait_acked()`` waits for it; say
+        so with ``host.on_flushed()``.) Default: yes, at once."""
+        return True
+
+    def is_held(self, data: Any) -> bool:
+        """Is ``data`` (a message that arrived) one the broker delivers again
+        until :meth:`settle` says it was handled? Default: no."""
+        return False
+
+    def settle(self, data: Any, handled: bool) -> None:  # noqa: B027 - optional hook
+        """A held delivery is done with: ``handled``: acknowledge it (the broker
+        forgets it); else give it back (the broker delivers it again soon,
+        wherever its agent is then)."""
 
     def reaches(self, address: str) -> bool:
         """Is ``address`` one this transport delivers to by itself, with no

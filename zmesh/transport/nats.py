@@ -18,9 +18,13 @@ gets the handler's return value as JSON. Each node puts its record again
 every ``heartbeat`` seconds; a record not renewed within ``expiry`` seconds
 (a node that died) counts as gone, and the bucket's max age drops it.
 
-Delivery is NATS core's: at most once, in order per sender. A request to an
-agent whose node no longer listens gets NATS's no-responders at once, which
-raises AgentNotRegistered.
+A one-way message at QoS 1 or 2 goes through JetStream (:mod:`._nats_queue`):
+kept in the mesh's stream until the agent's node acknowledges it, once its
+handler ran; what the server has confirmed is not lost when a node dies or
+the server restarts. QoS 0, requests, replies and broadcasts are NATS
+core's: at most once, in order per sender. A request to an agent whose node
+no longer listens gets NATS's no-responders at once, which raises
+AgentNotRegistered.
 """
 
 from __future__ import annotations
@@ -29,16 +33,18 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
-from collections import deque
 from typing import Any, Callable, Coroutine
 
-from .._wire.names import NODE_ADDRESS_PREFIX, node_address
+from .._wire.names import NODE_ADDRESS_PREFIX
 from ..errors import TransportError
 from ..topics import matches
 from .base import TransportCapabilities
 from .message import MessageHost, MessageTransport, MessageWire
-from ._nats_names import bucket_name, from_kv_key, kv_key, subject_token, unescape
+from ._nats_client import connect, import_nats, refused_at_start
+from ._nats_names import Subjects, consumer_name
+from ._nats_records import NatsRecords
+from ._nats_queue import NAK_DELAY, Unconfirmed, ensure_consumer, ensure_stream
+from ._ordered import OrderedSteps, Step
 from .wires import JSON, PlainMessage, PlainWire
 
 __all__ = ["NatsTransport"]
@@ -51,62 +57,67 @@ REPLY_PREFIX = "nats:"
 LINGER = 2.0
 
 
-def _import_nats() -> Any:
-    try:
-        import nats
-    except ImportError:
-        raise TransportError(
-            "the 'nats' transport needs the nats-py client: pip install 'zmesh-agents[nats]'") from None
-    return nats
-
-
 class NatsTransport(MessageTransport):
     """A node's connection to a NATS server (``url``: ``nats://host:port``,
     credentials as nats-py takes them, in the URL or in ``options``, which go
     to ``nats.connect`` as they are). ``heartbeat``: seconds between renewals
     of this node's record; ``expiry``: seconds after which a record not
     renewed counts as gone; ``connect_wait``: how long ``start`` tries to
-    reach the server (later, the client reconnects by itself, forever)."""
+    reach the server (later, the client reconnects by itself, forever), and
+    how long ``close`` waits for it to confirm the QoS 1/2 messages sent.
+    QoS 1/2 (JetStream): ``ack_wait``: seconds before a message delivered
+    and not acknowledged is delivered again (a node that died);
+    ``max_age``: seconds a message waits in the stream for its agent at
+    most; ``max_unconfirmed``: messages kept until the server confirms
+    them (more are dropped and counted); ``max_in_flight``: messages
+    delivered to one agent and not yet acknowledged."""
 
     capabilities = TransportCapabilities(level="message", peers_can_vanish=True, discovery="none")
     name = "nats"
 
     def __init__(self, url: str = "nats://127.0.0.1:4222", *, heartbeat: float = 1.0, expiry: float = 4.0,
-                 connect_wait: float = 5.0, **options: Any) -> None:
+                 connect_wait: float = 5.0, ack_wait: float = 10.0, max_age: float = 86400.0,
+                 max_unconfirmed: int = 10_000, max_in_flight: int = 1000, **options: Any) -> None:
         if not isinstance(url, str) or not url.startswith(("nats://", "tls://", "ws://", "wss://")):
             raise TransportError(f"a NATS server is named by a nats:// (or tls://) URL, got {url!r}")
-        for what, value in (("heartbeat", heartbeat), ("expiry", expiry), ("connect_wait", connect_wait)):
+        for what, value in (("heartbeat", heartbeat), ("expiry", expiry), ("connect_wait", connect_wait),
+                            ("ack_wait", ack_wait)):
             if value.__class__ not in (int, float) or not 0 < value < 3600:
                 raise ValueError(f"{what} must be a number of seconds above 0, got {value!r}")
+        if max_age.__class__ not in (int, float) or not 1 <= max_age:
+            raise ValueError(f"max_age must be a number of seconds of at least 1, got {max_age!r}")
+        for what, count in (("max_unconfirmed", max_unconfirmed), ("max_in_flight", max_in_flight)):
+            if count.__class__ is not int or count < 1:
+                raise ValueError(f"{what} must be an int of at least 1, got {count!r}")
         if expiry <= heartbeat:
             raise ValueError(f"expiry ({expiry} s) must be longer than heartbeat ({heartbeat} s)")
-        _import_nats()
+        import_nats()
         self.url = url
         self.router_endpoint = url
         self.heartbeat = float(heartbeat)
         self.expiry = float(expiry)
         self.connect_wait = float(connect_wait)
+        self.ack_wait = float(ack_wait)
+        self.max_age = float(max_age)
+        self.max_in_flight = max_in_flight
         self._options = options
         self._host: MessageHost | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._nc: Any = None
-        self._kv: Any = None
-        self._prefix = ""
+        self._records: NatsRecords | None = None
         self._node_id = ""
-        self._key = ""
-        self._record: bytes | None = None
         self._subs: dict[str, list[Any]] = {}  # address or "pub:" pattern -> [its subscription]
         self._patterns: list[str] = []  # sorted: a publication goes to the first that matches
-        self._out: deque[Callable[[], Coroutine[Any, Any, None]]] = deque()
-        self._flusher: asyncio.Task[None] | None = None
-        self._watcher: Any = None
+        self._steps: OrderedSteps | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._heard: dict[str, tuple[float, bytes]] = {}  # node -> (when renewed, its record)
         self._counters: dict[str, int] = {}
         self._lingering: dict[str, asyncio.TimerHandle] = {}
-        self._unconfirmed = False
-        self._renewal: asyncio.Future[None] | None = None
         self._closing = False
+        self._jsm: Any = None
+        self._names = Subjects("", "")
+        self._all_confirmed = asyncio.Event()
+        self._pubacks = Unconfirmed(self._publish_held, self._count, self._drop, self._confirmed,
+                                        max_unconfirmed, max(1.0, heartbeat))
 
     def make_wire(self, max_payload: int, encoder: Any, decoder: Any) -> MessageWire:
         return PlainWire(max_payload, encoder, decoder, REPLY_PREFIX, lambda: self.max_message)
@@ -119,58 +130,38 @@ class NatsTransport(MessageTransport):
     async def start(self, host: MessageHost, mesh: str, node_id: str, loop: asyncio.AbstractEventLoop) -> None:
         if self._nc is not None or self._closing:
             raise TransportError("this NatsTransport is started already (or closed): give each node its own")
-        nats = _import_nats()
-        from nats.js.errors import BucketNotFoundError
-
         self._host, self._loop, self._node_id = host, loop, node_id
-        self._prefix = f"zmesh.{subject_token(mesh)}."
-        self._key = kv_key(node_id)
-        options = {"name": f"zmesh {node_id}", "connect_timeout": 5, "max_reconnect_attempts": -1,
-                   "reconnect_time_wait": 0.5, "allow_reconnect": True, **self._options}
-
-        async def quiet(exc: Exception) -> None:  # nats-py logs every error itself otherwise
-            self._count("client_errors")
-
-        options.setdefault("error_cb", quiet)
-        try:
-            # nats-py tries the first connection as often as later ones (forever, by these
-            # options): the node gives it connect_wait seconds, then says so.
-            self._nc = await asyncio.wait_for(nats.connect(self.url, **options), self.connect_wait)
-        except asyncio.TimeoutError:
-            raise TransportError(f"cannot reach the NATS server at {self.url} within {self.connect_wait} s "
-                                 "(is nats-server running there?)") from None
-        except Exception as exc:
-            raise TransportError(f"cannot reach the NATS server at {self.url}: {type(exc).__name__}: {exc}") from None
+        self._names = names = Subjects.of(mesh)
+        self._nc = await connect(self.url, f"zmesh {node_id}", self._options, self.connect_wait, self._count,
+                                 self._pubacks.resend_all)  # what the old server had not confirmed
         self.max_message = int(self._nc.max_payload)  # the server's limit, headers included
+        nc = self._nc
+
+        async def round_trip() -> None:
+            await nc.flush(timeout=10)  # the server's PONG: it has all of it
+
+        self._steps = OrderedSteps(loop, round_trip, self._drop, self._count, self._flushed)
         try:
-            js = self._nc.jetstream()
-            bucket = bucket_name(mesh)
-            try:
-                self._kv = await js.key_value(bucket)
-            except BucketNotFoundError:
-                self._kv = await js.create_key_value(bucket=bucket, history=1, ttl=self.expiry * 2)
-            self._watcher = await self._kv.watchall()
+            self._records = await NatsRecords.open(self._nc.jetstream(), names.stream, node_id, self.expiry,
+                                                   self._count)
+            self._jsm = self._nc.jsm()
+            await ensure_stream(self._jsm, self._names, self.max_age)
         except Exception as exc:
             await self._nc.close()
-            if "jetstream not enabled" in str(exc).lower() or type(exc).__name__ in ("NoRespondersError",
-                                                                                         "ServiceUnavailableError"):
-                raise TransportError(f"the NATS server at {self.url} has no JetStream (start it with -js): "
-                                     "zmesh keeps the mesh's membership in a key-value bucket") from None
-            raise TransportError(f"NATS at {self.url}: cannot open the membership bucket: {exc!r}") from None
-        self._subscribe("noresp", f"{self._prefix}noresp.{subject_token(node_id)}.>", self._on_no_responders)
-        self._tasks.append(loop.create_task(self._watch()))
+            refused_at_start(self.url, exc)
+        self._subscribe("noresp", names.no_responders(node_id), self._on_no_responders)
+        self._pubacks.inbox = self._nc.new_inbox() + "."
+        self._subscribe("confirm", self._pubacks.inbox + "*", self._on_confirmation)
+        self._tasks.append(loop.create_task(self._records.watch(lambda: self._host)))
         self._tasks.append(loop.create_task(self._beat()))
 
     async def withdraw(self) -> None:
-        if self._kv is None or self._closing or self._record is None:
+        records = self._records
+        if records is None or self._closing or records.record is None:
             return
-        self._record = None  # not renewed any more
-        if self._renewal is not None:
-            with contextlib.suppress(BaseException):
-                await self._renewal  # a renewal landing after the delete would bring the record back
         await self._sent()  # what was asked before goes first (replies, record changes)
         try:
-            await self._kv.delete(self._key)
+            await records.delete(self.connect_wait)
         except Exception:
             self._count("withdraw_failed")  # the record then expires: the peers hear it later
 
@@ -181,63 +172,46 @@ class NatsTransport(MessageTransport):
         for timer in self._lingering.values():
             timer.cancel()
         self._lingering.clear()
+        records = self._records
         with contextlib.suppress(Exception):
             await self._sent()
-            if self._record is not None:
-                await self._kv.delete(self._key)
-        tasks = [*self._tasks, *([self._renewal] if self._renewal is not None else [])]
-        for task in tasks:
+            if records is not None and records.record is not None:
+                await records.delete(self.connect_wait)
+        if self._pubacks:  # a QoS 1/2 message on its way: the server's confirmation, for a while
+            self._all_confirmed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._all_confirmed.wait(), self.connect_wait)
+            if self._pubacks:
+                self._drop("unconfirmed_at_close", f"{len(self._pubacks)} messages")
+        for task in self._tasks:
             task.cancel()
-        for task in tasks:
+        for task in self._tasks:
             with contextlib.suppress(BaseException):
                 await task
-        with contextlib.suppress(Exception):
-            await self._watcher.stop()
+        if records is not None:
+            await records.stop()
         with contextlib.suppress(Exception):
             await self._nc.close()
         self._host = None
 
     # -- what goes out: in order, one task at a time -------------------------
 
-    def _queue(self, step: Callable[[], Coroutine[Any, Any, None]], confirm: bool = False) -> None:
+    def _queue(self, step: Step, confirm: bool = False) -> None:
         """Run ``step`` after those queued before it; ``confirm``: a change of
         membership (an address, a pattern, the record) that ``is_flushed``
         waits for the server to have."""
-        if self._nc is None or self._closing:
+        if self._steps is None or self._closing:
             self._count("closed")
             return
-        self._out.append(step)
-        self._unconfirmed = self._unconfirmed or confirm
-        if self._flusher is None:
-            self._flusher = self._loop.create_task(self._drain_out())  # type: ignore[union-attr]
-
-    async def _drain_out(self) -> None:
-        try:
-            while self._out:
-                while self._out:
-                    step = self._out.popleft()
-                    try:
-                        await step()
-                    except Exception as exc:  # the server refused it, or the connection is gone
-                        self._drop("send_failed", f"{type(exc).__name__}")
-                if self._unconfirmed:
-                    self._unconfirmed = False
-                    try:
-                        await self._nc.flush(timeout=10)  # the server's PONG: it has all of it
-                    except Exception:
-                        self._count("flush_failed")
-        finally:
-            self._flusher = None
-        if self._host is not None and not self._out:
-            self._host.on_flushed()
+        self._steps.add(step, confirm)
 
     async def _sent(self) -> None:
         """Until everything queued so far has been handed to the client."""
-        while self._flusher is not None:
-            await asyncio.shield(self._flusher)
+        if self._steps is not None:
+            await self._steps.done()
 
     def is_flushed(self) -> bool:
-        return not self._out and self._flusher is None and not self._unconfirmed
+        return self._steps is None or self._steps.is_flushed()
 
     def _publish(self, subject: str, data: PlainMessage, reply: str = "") -> None:
         nc = self._nc
@@ -247,14 +221,57 @@ class NatsTransport(MessageTransport):
 
         self._queue(publish)
 
+    def _publish_held(self, subject: str, data: PlainMessage, reply: str) -> None:
+        """A QoS 1/2 message to its stream: kept (and sent again) until confirmed, so a failure is no loss."""
+        nc = self._nc
+
+        async def publish() -> None:
+            try:
+                await nc.publish(subject, data.body, reply=reply, headers=data.headers)
+            except Exception:
+                self._count("unconfirmed_send_failed")
+
+        self._queue(publish)
+
+    def _flushed(self) -> None:
+        if self._host is not None:
+            self._host.on_flushed()
+
+    def _confirmed(self) -> None:
+        self._all_confirmed.set()
+        if self._host is not None:
+            self._host.on_flushed()
+
+    def is_confirmed(self) -> bool:
+        return not self._pubacks
+
+    def is_held(self, data: PlainMessage) -> bool:
+        return bool(data.ack)
+
+    def settle(self, data: PlainMessage, handled: bool) -> None:
+        nc, subject = self._nc, data.ack
+        answer = b"+ACK" if handled else b'-NAK {"delay": %d}' % int(NAK_DELAY * 1e9)
+
+        async def settle() -> None:
+            await nc.publish(subject, answer)
+
+        self._queue(settle)
+
     def listen(self, address: str) -> None:
         if self._relisten(address):
             return
         if address.startswith(NODE_ADDRESS_PREFIX):
-            subject = f"{self._node_subject(address)}.>"
-        else:
-            subject = f"{self._prefix}agent.{address}.>"
-        self._subscribe(address, subject, self._on_direct)
+            self._subscribe(address, self._names.node(address), self._on_direct)
+            return
+        self._subscribe(address, self._names.agent(address), self._on_direct)
+        jsm, names, durable = self._jsm, self._names, consumer_name(address)
+        ack_wait, max_in_flight = self.ack_wait, self.max_in_flight
+
+        async def consume() -> None:  # before the subscription below: it receives what the consumer delivers
+            await ensure_consumer(jsm, names, address, durable, ack_wait, max_in_flight)
+
+        self._queue(consume, confirm=True)
+        self._subscribe("q:" + address, names.deliver(address), self._on_held, queue="zmesh")
 
     def unlisten(self, address: str) -> None:
         """Stop listening on ``address`` after ``LINGER`` seconds: what was already
@@ -263,7 +280,11 @@ class NatsTransport(MessageTransport):
         holder = self._subs.get(address)
         if holder is None or self._loop is None:
             return
-        self._lingering[address] = self._loop.call_later(LINGER, self._unsubscribe, address)
+        self._lingering[address] = self._loop.call_later(LINGER, self._stop_listening, address)
+
+    def _stop_listening(self, address: str) -> None:
+        self._unsubscribe(address)
+        self._unsubscribe("q:" + address)  # the consumer stays: it keeps what waits for the agent
 
     def _relisten(self, address: str) -> bool:
         timer = self._lingering.pop(address, None)
@@ -276,13 +297,14 @@ class NatsTransport(MessageTransport):
         key = "pub:" + pattern
         if key not in self._subs:
             self._patterns = sorted({*self._patterns, pattern})
-            self._subscribe(key, f"{self._prefix}pub.{pattern}", self._on_pub(pattern))
+            self._subscribe(key, self._names.pub(pattern), self._on_pub(pattern))
 
     def unsubscribe(self, pattern: str) -> None:
         self._patterns = [p for p in self._patterns if p != pattern]
         self._unsubscribe("pub:" + pattern)
 
-    def _subscribe(self, key: str, subject: str, callback: Callable[[Any], Coroutine[Any, Any, None]]) -> None:
+    def _subscribe(self, key: str, subject: str, callback: Callable[[Any], Coroutine[Any, Any, None]],
+                   queue: str = "") -> None:
         if key in self._subs:
             return
         holder: list[Any] = [None]  # the subscription, once the server has it
@@ -291,7 +313,7 @@ class NatsTransport(MessageTransport):
 
         async def subscribe() -> None:
             if self._subs.get(key) is holder:  # not unsubscribed (nor subscribed again) meanwhile
-                holder[0] = await nc.subscribe(subject, cb=callback)
+                holder[0] = await nc.subscribe(subject, queue=queue, cb=callback)
 
         self._queue(subscribe, confirm=True)
 
@@ -312,29 +334,30 @@ class NatsTransport(MessageTransport):
             self._publish(address[len(REPLY_PREFIX):], data)
             return
         if address.startswith(NODE_ADDRESS_PREFIX):
-            self._publish(f"{self._node_subject(address)}.{data.topic}", data)
+            self._publish(self._names.node(address, data.topic), data)
+            return
+        if data.headers["Zmesh-Qos"] != "0" and not data.headers.get("Zmesh-Correlation-Id"):
+            self._pubacks.add(self._names.held(address, data.topic), data, PlainWire.size(data))
             return
         reply = ""
         if data.headers.get("Zmesh-Correlation-Id") and data.headers.get("Zmesh-Type") != "result":
             # a request: NATS tells at once when nobody listens on the agent's subject
-            reply = (f"{self._prefix}noresp.{subject_token(self._node_id)}."
-                     f"{subject_token(data.headers.get('Zmesh-Reply-To', ''))}."
-                     f"{subject_token(data.headers['Zmesh-Correlation-Id'])}.{subject_token(address)}")
-        self._publish(f"{self._prefix}agent.{address}.{data.topic}", data, reply)
-
-    def _node_subject(self, address: str) -> str:
-        """``zmesh.MESH.node.NODE`` for node address ``zmesh.node.NODE``."""
-        return f"{self._prefix}node.{subject_token(address[len(NODE_ADDRESS_PREFIX):])}"
+            headers = data.headers
+            reply = self._names.no_responders(self._node_id, headers.get("Zmesh-Reply-To", ""),
+                                              headers["Zmesh-Correlation-Id"], address)
+        self._publish(self._names.agent(address, data.topic), data, reply)
 
     def publish(self, topic: str, data: PlainMessage) -> None:
-        self._publish(f"{self._prefix}pub.{topic}", data)
+        self._publish(self._names.pub(topic), data)
 
     def put_record(self, data: bytes) -> None:
-        self._record = data
-        kv, key = self._kv, self._key
+        records = self._records
+        if records is None:
+            return
+        records.record = data  # renewed from now on
 
         async def put() -> None:
-            await kv.put(key, data)
+            await records.put(data)
 
         self._queue(put)  # after the subscriptions queued before it: whoever reads it can reach us
 
@@ -344,20 +367,25 @@ class NatsTransport(MessageTransport):
         host = self._host
         if host is None:
             return
-        rest = msg.subject[len(self._prefix):]
-        kind, _, rest = rest.partition(".")
-        name, _, topic = rest.partition(".")
-        target = name if kind == "agent" else node_address(unescape(name))
+        target, topic = self._names.direct(msg.subject)
         host.on_message(PlainMessage(dict(msg.headers or {}), msg.data, target, topic, msg.reply or ""))
 
-    def _on_pub(self, pattern: str) -> Callable[[Any], Coroutine[Any, Any, None]]:
-        cut = len(self._prefix) + len("pub.")
+    async def _on_held(self, msg: Any) -> None:
+        host = self._host
+        if host is None or not msg.reply or (msg.headers and "Status" in msg.headers):
+            return  # not a delivery (a consumer's heartbeat or flow control, which zmesh does not ask for)
+        agent, topic = self._names.held_parts(msg.subject)
+        host.on_message(PlainMessage(dict(msg.headers or {}), msg.data, agent, topic, "", msg.reply))
 
+    async def _on_confirmation(self, msg: Any) -> None:
+        self._pubacks.on_reply(msg.subject, msg.headers, msg.data)
+
+    def _on_pub(self, pattern: str) -> Callable[[Any], Coroutine[Any, Any, None]]:
         async def on_pub(msg: Any) -> None:
             host = self._host
             if host is None:
                 return
-            topic = msg.subject[cut:]
+            topic = self._names.pub_topic(msg.subject)
             first = next((p for p in self._patterns if matches(p, topic)), None)
             if first != pattern:  # another of this node's patterns takes it: once per node
                 return
@@ -369,60 +397,21 @@ class NatsTransport(MessageTransport):
         host = self._host
         if host is None or (msg.headers or {}).get("Status") != "503":
             return
-        parts = msg.subject[len(self._prefix):].split(".")
-        if len(parts) != 5:
+        unanswered = self._names.unanswered(msg.subject)
+        if unanswered is None:
             return
-        _, _, reply_to, correlation_id, target = (unescape(p) for p in parts)
+        reply_to, correlation_id, target = unanswered
         why = f"no node listens for agent {target!r} any more (NATS: no responders)"
         headers = {"Zmesh-Type": "result", "Zmesh-Correlation-Id": correlation_id, "Zmesh-Status": "not_found",
                    "Zmesh-Sender": target, "Content-Type": JSON}
         host.on_message(PlainMessage(headers, json.dumps(why).encode(), reply_to, ""))
 
-    async def _watch(self) -> None:
-        loaded = False
-        async for entry in self._watcher:
-            host = self._host
-            if host is None:
-                return
-            if entry is None:
-                if not loaded:
-                    loaded = True
-                    host.on_records_loaded()
-                continue
-            node_id = from_kv_key(entry.key)
-            if node_id == self._node_id:
-                continue
-            if entry.operation in ("DEL", "PURGE") or not entry.value:
-                if self._heard.pop(node_id, None) is not None:
-                    host.on_record(node_id, None)
-                continue
-            if not loaded and entry.created is not None and (
-                    time.time() - entry.created.timestamp() > self.expiry):
-                continue  # not renewed for longer than a node lives without: it died
-            old = self._heard.get(node_id)
-            self._heard[node_id] = (time.monotonic(), bytes(entry.value))
-            if old is None or old[1] != entry.value:
-                host.on_record(node_id, bytes(entry.value))
-
     async def _beat(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat)
-            renewal = self._renewal
-            if self._record is not None and (renewal is None or renewal.done()):
-                # The same record again, beside the queue (messages never wait behind it).
-                self._renewal = asyncio.ensure_future(self._renew(self._record))
-            now = time.monotonic()
-            host = self._host
-            for node_id, (when, _) in list(self._heard.items()):
-                if now - when > self.expiry and host is not None:
-                    del self._heard[node_id]
-                    host.on_record(node_id, None)
-
-    async def _renew(self, record: bytes) -> None:
-        try:
-            await self._kv.put(self._key, record)
-        except Exception:
-            self._count("renew_failed")
+            self._pubacks.tick()
+            if self._records is not None:
+                self._records.beat(self._host)
 
     # -- counts ----------------------------------------------------------------
 

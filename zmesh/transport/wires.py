@@ -79,13 +79,16 @@ class ItemWire:
 class PlainMessage(NamedTuple):
     """A message as a broker carries it: headers, a body, and what the
     broker's subject says (``target``, ``topic``) and where a plain
-    client waits for an answer (``reply``, a broker-native address)."""
+    client waits for an answer (``reply``, a broker-native address);
+    ``ack``: the broker's handle of a delivery it holds until acknowledged
+    (a JetStream ack subject), else empty."""
 
     headers: dict[str, str]
     body: bytes
     target: str = ""
     topic: str = ""
     reply: str = ""
+    ack: str = ""
 
 
 def _json_exact(value: Any) -> bool:
