@@ -104,6 +104,8 @@ class MessageMesh(Generic[S]):
         self.dropped: Counter[str] = Counter()
         self._logged: set[tuple[str, str]] = set()
         self.held = HeldDeliveries(transport, self._count)
+        # Does the broker hold deliveries at all? (Most do not: one test per message saved.)
+        self._holds = type(transport).is_held is not MessageTransport.is_held
         self.records = Records(config, transport, self.wire, self.drop)
         self.registry = self.records.registry
         self._agents = self.records.agents  # what is hosted here (the records keep it)
@@ -324,7 +326,7 @@ class MessageMesh(Generic[S]):
         msg = self._decoded(data)
         if msg is None or not self.running:
             return
-        if self.transport.is_held(data):
+        if self._holds and self.transport.is_held(data):
             msg.qos = msg.qos or 1  # the broker keeps it until it is acknowledged (a plain client may not say so)
             if msg.correlation_id or not self.held.arrived(msg, data):
                 if msg.correlation_id:  # a broker holds one-way messages only: not a request or a reply
