@@ -4,8 +4,10 @@ that needs one that cannot be had skips, naming the install line."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -15,7 +17,7 @@ import pytest
 
 from . import helpers
 
-__all__ = ["nats_url", "start_nats"]
+__all__ = ["nats_url", "start_nats", "mqtt_url", "start_mosquitto"]
 
 
 class NatsServer:
@@ -67,6 +69,91 @@ class NatsServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(10)
+
+
+class Mosquitto:
+    """A mosquitto on 127.0.0.1, its config and log in ``directory``. mosquitto
+    cannot pick its own TCP port, so it is given a free one (asked of the
+    kernel, then closed) and started again on another if that one was taken meanwhile."""
+
+    def __init__(self, directory: Path, port: int = 0, persistent: bool = False) -> None:
+        self.directory, self.persistent = directory, persistent
+        exe = shutil.which("mosquitto") or next((p for p in ("/usr/sbin/mosquitto",) if Path(p).exists()), None)
+        if exe is None:
+            pytest.skip("mosquitto is not installed: apt-get install mosquitto")
+        for _ in range(5):
+            chosen = port or _free_port()
+            log = directory / f"mosquitto-{time.monotonic_ns()}.log"
+            config = directory / "mosquitto.conf"
+            store = directory / "store"
+            store.mkdir(exist_ok=True)
+            config.write_text(
+                f"listener {chosen} 127.0.0.1\nallow_anonymous true\nmax_queued_messages 100000\n"
+                # as root it would run as user mosquitto, which may not write here
+                + ("user root\n" if os.geteuid() == 0 else "")
+                + (f"persistence true\npersistence_location {store}/\n" if persistent else "persistence false\n")
+                + f"log_dest file {log}\nlog_type error\nlog_type warning\nlog_type notice\n")
+            self.process = subprocess.Popen([exe, "-c", str(config)], stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL)
+            self.url = f"mqtt://127.0.0.1:{chosen}"
+            deadline = time.monotonic() + 15
+            while True:  # listening once a client can connect
+                if self.process.poll() is not None:
+                    break  # the port was taken meanwhile: another one
+                try:
+                    socket.create_connection(("127.0.0.1", chosen), timeout=1).close()
+                    return
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"mosquitto did not listen within 15 s: {log.read_text(errors='replace')}")
+                time.sleep(0.02)  # a poll of its port, bounded by the deadline
+            if port:
+                break
+        raise RuntimeError("mosquitto did not start (no free port?)")
+
+    def restart(self) -> Mosquitto:
+        """Stop this broker (its sessions saved, if persistent) and start another on the same port."""
+        self.stop()
+        return Mosquitto(self.directory, int(self.url.rsplit(":", 1)[1]), self.persistent)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_mosquitto(directory: Path, persistent: bool = False) -> Mosquitto:
+    pytest.importorskip("paho.mqtt", reason="paho-mqtt is not installed: pip install 'zmesh-agents[mqtt]'")
+    return Mosquitto(directory, persistent=persistent)
+
+
+@pytest.fixture(scope="session")
+def mqtt_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A mosquitto for the session; ``Mesh("mqtt")`` nodes meet there."""
+    server = start_mosquitto(tmp_path_factory.mktemp("mqtt"))
+    helpers.BROKERS["mqtt"] = server.url
+    try:
+        yield server.url
+    finally:
+        helpers.BROKERS.pop("mqtt", None)
+        server.stop()
 
 
 def start_nats(directory: Path) -> NatsServer:

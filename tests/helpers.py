@@ -72,7 +72,13 @@ class Mesh:
                 if not n.closed
             )
 
-        await wait_for(done, timeout, "the mesh to converge")
+        try:
+            await wait_for(done, timeout, "the mesh to converge")
+        except AssertionError:
+            seen = {n.id: ({r.node_id for r in n.registry.nodes()}, set(n.registry.agents()), n.stats()["transport"])
+                    for n in self.nodes if not n.closed}
+            raise AssertionError(f"the mesh did not converge within {timeout} s: want nodes {want_nodes} "
+                                 f"and agents {want_agents}; each node sees {seen}") from None
         for n in self.nodes:
             if not n.closed:
                 assert await n.settled(timeout)

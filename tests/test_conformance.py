@@ -31,11 +31,11 @@ from .helpers import Mesh, wait_for
 pytestmark = pytest.mark.timeout(30)
 
 
-@pytest.fixture(params=["inproc", "zmq", "zmq-thread", "memory", "nats"])
+@pytest.fixture(params=["inproc", "zmq", "zmq-thread", "memory", "nats", "mqtt"])
 def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Run the test once per transport (and ZeroMQ once per way of waiting for input)."""
-    if request.param == "nats":
-        request.getfixturevalue("nats_url")  # a nats-server for the session (skips without one)
+    if request.param in ("nats", "mqtt"):
+        request.getfixturevalue(f"{request.param}_url")  # its server for the session (skips without one)
     if request.param != "zmq-thread":
         monkeypatch.delenv(POLLER_ENV_VAR, raising=False)
         yield str(request.param)

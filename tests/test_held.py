@@ -17,8 +17,11 @@ class Recording(MemoryTransport):
         super().__init__(MemoryBroker())
         self.settled: list[tuple[Any, bool]] = []
 
-    def settle(self, data: Any, handled: bool) -> None:
+    def settle(self, data: Any, handled: bool) -> bool:
         self.settled.append((data, handled))
+        return not handled and self.takes_back
+
+    takes_back = True
 
 
 def message(n: int) -> zmesh.Message:
@@ -43,6 +46,8 @@ def test_a_redelivery_while_held_is_left_to_the_first() -> None:
     assert deliveries.arrived(message(1), "d1")
     assert not deliveries.arrived(message(1), "d1-again")  # not delivered to the agent a second time
     assert transport.settled == [] and counted == ["redelivered_while_held"]
+    deliveries.handled(message(1))
+    assert transport.settled == [("d1-again", True)]  # settled by its latest delivery
 
 
 def test_a_redelivery_of_a_handled_message_is_acknowledged_not_handled() -> None:
@@ -61,6 +66,14 @@ def test_a_delivery_that_cannot_run_here_is_given_back() -> None:
     assert not deliveries.give_back(message(1))
     assert transport.settled == [("d1", False)] and counted == ["given_back"]
     assert deliveries.arrived(message(1), "d1-again")  # given back is not handled: it runs when it comes again
+
+
+def test_a_broker_that_cannot_give_one_back_acknowledges_it_and_the_node_is_told() -> None:
+    deliveries, transport, counted = make()
+    transport.takes_back = False
+    deliveries.arrived(message(1), "d1")
+    assert not deliveries.give_back(message(1))  # the node dead-letters it instead
+    assert transport.settled == [("d1", False)] and counted == ["not_given_back"] and len(deliveries) == 0
 
 
 def test_the_memory_of_handled_messages_is_bounded(monkeypatch: Any) -> None:

@@ -63,7 +63,8 @@ class Node:
         ``host-pid-random``.
     ``transport``
         ``"zmq"``, ``"inproc"`` (nodes of one process), a broker's URL
-        (``"nats://127.0.0.1:4222"``, see docs/transports.md) or a Transport.
+        (``"nats://127.0.0.1:4222"``, ``"mqtt://127.0.0.1:1883"``, see
+        docs/transports.md) or a Transport.
         Default (None): ``$ZMESH_TRANSPORT``, else ``"zmq"``.
     ``seeds``
         Router endpoints (``node.endpoint``) of any members to join through;

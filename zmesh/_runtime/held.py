@@ -6,7 +6,9 @@ message until it is acknowledged (NATS JetStream; see
 A held message is acknowledged once its handler ran (or was found unable
 to run for good: expired, no handler), and given back to the broker when it
 could not run here (a full inbox, its agent gone): the broker delivers it
-again, wherever its agent is then, so nothing it accepted is lost. A
+again, wherever its agent is then, so nothing it accepted is lost. (A broker
+that cannot give one back acknowledges it instead, and the node deals with
+it as with a message nobody sends again: a dead letter.) A
 broker delivers again what was not acknowledged in time as well (a node
 that died, a handler slower than the broker waits): a redelivery of a
 message still held here is left to the first, and one of a message handled
@@ -42,7 +44,8 @@ class HeldDeliveries:
         """Hold ``data``; False when it is a redelivery settled here (nothing to deliver)."""
         key = (msg.target, msg.id)
         if key in self._held:
-            self._count("redelivered_while_held")  # the first delivery's settling covers this one
+            self._count("redelivered_while_held")
+            self._held[key] = data  # settled by its latest delivery (a broker may take only that one)
             return False
         if key in self._handled:
             self._count("redelivered_after_handled")
@@ -65,10 +68,14 @@ class HeldDeliveries:
         return True
 
     def give_back(self, msg: Message) -> bool:
-        """Give ``msg`` back to the broker if it is held (False: it is not)."""
+        """Give ``msg`` back to the broker if it is held and the broker takes
+        it back (False: not held, or acknowledged instead: the node deals with
+        it as a message nobody delivers again)."""
         data = self._held.pop((msg.target, msg.id), None)
         if data is None:
             return False
+        if not self._transport.settle(data, False):
+            self._count("not_given_back")
+            return False
         self._count("given_back")
-        self._transport.settle(data, False)
         return True

@@ -333,9 +333,8 @@ class MessageMesh(Generic[S]):
                     self.transport.settle(data, True)
                     self.drop("malformed", "broker", "a held request or reply")
                 return
-            if msg.target not in self._agents:
-                self.held.give_back(msg)  # delivered again, where its agent is then
-                return
+            if msg.target not in self._agents and self.held.give_back(msg):
+                return  # delivered again, where its agent is then
         self.messages_received += 1
         if msg.type == "result" and msg.correlation_id:
             key = (msg.target, msg.correlation_id)

@@ -184,10 +184,12 @@ class MessageTransport(ABC):
         until :meth:`settle` says it was handled? Default: no."""
         return False
 
-    def settle(self, data: Any, handled: bool) -> None:  # noqa: B027 - optional hook
+    def settle(self, data: Any, handled: bool) -> bool:
         """A held delivery is done with: ``handled``: acknowledge it (the broker
         forgets it); else give it back (the broker delivers it again soon,
-        wherever its agent is then)."""
+        wherever its agent is then). True: given back; False: acknowledged
+        (a broker that cannot give this one back: the node dead-letters it)."""
+        return False
 
     def reaches(self, address: str) -> bool:
         """Is ``address`` one this transport delivers to by itself, with no

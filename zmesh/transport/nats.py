@@ -248,7 +248,7 @@ class NatsTransport(MessageTransport):
     def is_held(self, data: PlainMessage) -> bool:
         return bool(data.ack)
 
-    def settle(self, data: PlainMessage, handled: bool) -> None:
+    def settle(self, data: PlainMessage, handled: bool) -> bool:
         nc, subject = self._nc, data.ack
         answer = b"+ACK" if handled else b'-NAK {"delay": %d}' % int(NAK_DELAY * 1e9)
 
@@ -256,6 +256,7 @@ class NatsTransport(MessageTransport):
             await nc.publish(subject, answer)
 
         self._queue(settle)
+        return not handled
 
     def listen(self, address: str) -> None:
         if self._relisten(address):

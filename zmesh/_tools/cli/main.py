@@ -79,7 +79,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="'local' (default), 'lan', or interface names/addresses, comma-separated")
     parser.add_argument("--transport", default=None,
                         help="'zmq' (default: $ZMESH_TRANSPORT, else zmq), or a broker's URL, e.g. "
-                             "nats://127.0.0.1:4222")
+                             "nats://127.0.0.1:4222 or mqtt://127.0.0.1:1883")
     parser.add_argument("--wait", type=_positive, default=2.0,
                         help="seconds to wait for the mesh to answer (default 2)")
     _port_option(parser, "this command's node's")
