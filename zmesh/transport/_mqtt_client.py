@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import threading
 import time
 from typing import Any, NamedTuple, Protocol
 
@@ -134,38 +133,8 @@ class MqttLink:
             client.tls_set_context(owner.tls_context)
         return client
 
-    def _erase_session(self, wait: float) -> str:
-        """Connect once with a clean start and leave (on a thread): a session that a node of
-        the same name left at the broker, and its subscriptions, are gone. The node's own
-        session then starts without a clean start, which is what a broker (mosquitto) keeps
-        across its restarts. Returns what went wrong, or ""."""
-        owner, eraser = self._owner, self._new_client(False)
-        done, said = threading.Event(), []
-        def on_connect(c: Any, u: Any, flags: Any, reason: Any, props: Any) -> None:
-            said.append(reason)
-            done.set()
-
-        eraser.on_connect = on_connect
-        try:
-            eraser.connect_async(owner.host, owner.port, owner.keepalive, clean_start=True)
-            eraser.loop_start()
-            if not done.wait(wait):
-                return "timeout"
-            return f"refused the connection: {said[0]}" if said[0].is_failure else ""
-        finally:
-            eraser.disconnect()
-            eraser.loop_stop()
-
     async def connect(self, wait: float) -> None:
         owner = self._owner
-        started = time.monotonic()
-        failed = await self._loop.run_in_executor(None, self._erase_session, wait)
-        if failed == "timeout":
-            raise TransportError(f"cannot reach the MQTT broker at {owner.url} within {wait} s "
-                                 "(is mosquitto running there?)")
-        if failed:
-            raise TransportError(f"the MQTT broker at {owner.url} {failed}")
-        wait = max(0.1, wait - (time.monotonic() - started))
         client = self._new_client(True)
         client.will_set(self._will_topic, b"", qos=1, retain=True)  # a node that dies: its record emptied
         client.max_queued_messages_set(owner.max_queued)
@@ -191,8 +160,10 @@ class MqttLink:
         properties.SessionExpiryInterval = owner.session_expiry
         self._client = client
         try:
-            # The session, kept across reconnects: what arrives while the node is away waits
-            # for it at the broker (for session_expiry seconds).
+            # The node's session, never started clean: what arrives while it is away (or
+            # dead, for a node of the same name to take over) waits for it at the broker, for
+            # session_expiry seconds; and a broker (mosquitto) keeps only such sessions across
+            # its restarts. What a node of the same name left subscribed: mqtt.py's adopt().
             client.connect_async(owner.host, owner.port, owner.keepalive, clean_start=False, properties=properties)
             client.loop_start()
             await asyncio.wait_for(asyncio.shield(self._first), wait)

@@ -17,8 +17,8 @@ request sets a response topic (and correlation data), where the reply goes.
 QoS 0, 1 and 2 are MQTT's. Each node keeps a session at the broker for
 ``session_expiry`` seconds, named after the mesh and the node, and
 acknowledges a one-way QoS 1/2 message once its handler ran: the broker
-sends again what was not acknowledged when the node comes back under the
-same name, and keeps what arrived for it while it was away. A node that
+keeps what arrives for it while it is away and sends again what was not
+acknowledged when it (or a new process with the same node name) comes back. A node that
 dies is gone once the broker misses its keep-alive (1.5 x ``keepalive``
 seconds): its last will empties its record.
 """
@@ -47,6 +47,9 @@ __all__ = ["MqttTransport"]
 REPLY_PREFIX = "mqtt:"
 #: Seconds an address stays subscribed after its agent left (see ``unlisten``).
 LINGER = 2.0
+#: Seconds after starting during which a message its session kept for an agent the node
+#: does not host (yet) waits for that agent (see ``_adopt``).
+ADOPT_WAIT = 5.0
 #: Seconds a node back at its broker waits for the others to put their records again
 #: (beyond 1.5 x keepalive) before it counts gone those it has not heard from.
 RECONNECT_GRACE = 3.0
@@ -116,6 +119,8 @@ class MqttTransport(MessageTransport):
         self._counters: dict[str, int] = {}
         self._timers: set[asyncio.TimerHandle] = set()
         self._lingering: dict[str, asyncio.TimerHandle] = {}
+        self._early: dict[str, list[tuple[str, PlainMessage, int, str, tuple[int, ...]]]] = {}
+        self._adopt_until = 0.0
 
     def make_wire(self, max_payload: int, encoder: Any, decoder: Any) -> MessageWire:
         return PlainWire(max_payload, encoder, decoder, REPLY_PREFIX, lambda: self.max_message)
@@ -131,7 +136,9 @@ class MqttTransport(MessageTransport):
         self._host, self._loop, self._node_id = host, loop, node_id
         self._topics = Topics.of(mesh)
         self._link = MqttLink(self, loop, f"zmesh-{mesh}-{node_id}", self._topics.record(node_id))
+        self._adopt_until = loop.time() + ADOPT_WAIT
         await self._link.connect(self.connect_wait)
+        self._timers.add(loop.call_later(ADOPT_WAIT, self._adopted_or_stale))
         # The records follow once start has returned (the node reads them from then on).
         self._started = True
         loop.call_soon(self.connected)
@@ -175,12 +182,36 @@ class MqttTransport(MessageTransport):
             first = next((p for p in self._sorted if matches(p, topic)), None)
             if first is not None and self._patterns[first] in ids:  # once per node: the first pattern's copy
                 host.on_publication(plain._replace(topic=topic))
-        else:
+        elif name in self._listening:
             one_way = not plain.reply and "Zmesh-Correlation-Id" not in plain.headers
             if not (qos and one_way):
                 self._settle_now(ack)
                 ack = ""
             host.on_message(plain._replace(target=name, topic=topic, ack=ack))
+        else:
+            self._adopt(name, (mqtt_topic, plain, qos, ack, ids))
+
+    def _adopt(self, address: str, arrival: tuple[str, PlainMessage, int, str, tuple[int, ...]]) -> None:
+        """A message for an agent this node does not host, on a subscription its session had
+        before it started (a node of the same name, that died or closed). For ``ADOPT_WAIT``
+        seconds after starting it is kept, unacknowledged, for the agent it may yet host (a
+        replacement takes over what its predecessor had not handled); after that, or for an
+        address it never hosts, the subscription is stale: dropped, and the message
+        acknowledged (its agent's node, if any, got its own copy)."""
+        loop = self._loop
+        if loop is not None and loop.time() < self._adopt_until and not self._closing:
+            self._early.setdefault(address, []).append(arrival)
+            return
+        self._settle_now(arrival[3])
+        self.drop("stale_subscription", address)
+        if self._link is not None and not address.startswith(NODE_ADDRESS_PREFIX):
+            self._link.unsubscribe(self._topics.agent(address))
+
+    def _adopted_or_stale(self) -> None:
+        early, self._early = self._early, {}
+        for address, arrivals in early.items():
+            for arrival in arrivals:
+                self._adopt(address, arrival)
 
     def _on_record(self, node_id: str, body: bytes) -> None:
         host = self._host
@@ -270,6 +301,13 @@ class MqttTransport(MessageTransport):
             return
         self._listening.add(address)
         self._link.subscribe(self._filter(address), 2)
+        early = self._early.pop(address, None)
+        if early and self._loop is not None:  # what its session kept for it: once it is set up
+            self._loop.call_soon(self._replay, early)
+
+    def _replay(self, arrivals: list[tuple[str, PlainMessage, int, str, tuple[int, ...]]]) -> None:
+        for arrival in arrivals:
+            self.arrived(*arrival)
 
     def unlisten(self, address: str) -> None:
         """Stop listening on ``address`` after ``LINGER`` seconds: what was already
