@@ -37,6 +37,7 @@ DISTRIBUTIONS_OF = {
     "yaml": {"PyYAML"},
     "opentelemetry": {"opentelemetry-api", "opentelemetry-sdk"},  # a namespace package
     "nats": {"nats-py"},
+    "paho": {"paho-mqtt"},  # a namespace package: Python 3.10's packages_distributions() misses it
 }
 
 OLDEST, NEWEST = (3, 10), (3, 13)
