@@ -395,3 +395,26 @@ async def test_one_transport_object_serves_one_node(mqtt_url: str) -> None:
 
 
 _ = Mosquitto
+
+
+@pytest.mark.parametrize("plain_direct", [False, True])
+async def test_messages_between_nodes_are_packed_unless_plain_direct(mqtt_url: str, plain_direct: bool) -> None:
+    from zmesh.transport._mqtt_client import NATIVE
+
+    async with Mesh("mqtt") as m:
+        node = await m.node(transport=MqttTransport(mqtt_url, plain_direct=plain_direct))
+        got: list[zmesh.Message] = []
+        node.agent("rx").add_handler("job", got.append, inline=True)
+        await m.converged()
+        client = PlainClient(mqtt_url)
+        try:
+            client.subscribe(f"zmesh/{m.name}/agent/rx/#")
+            await node.agent("tx").send("rx", "job", {"n": 1})
+            await wait_for(lambda: got and client.on(f"zmesh/{m.name}/agent/rx/job"), 10)
+            seen = client.on(f"zmesh/{m.name}/agent/rx/job")[0]
+            assert got[0].payload == {"n": 1}
+            assert seen.payload.startswith(NATIVE) is not plain_direct
+            if plain_direct:
+                assert json.loads(seen.payload) == {"n": 1} and dict(seen.properties.UserProperty)["Zmesh-Sender"] == "tx"
+        finally:
+            client.close()

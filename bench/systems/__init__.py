@@ -28,6 +28,10 @@ REGISTRY: dict[str, str] = {
     "jetstream": "bench.systems.jetstream:JetStream",
     "redis": "bench.systems.redis_pubsub:RedisPubSub",
     "redis-plain": "bench.systems.redis_pubsub:RedisPubSubPlain",
+    "zmesh-nats": "bench.systems.zmesh_brokers:ZmeshNats",
+    "zmesh-nats-qos1": "bench.systems.zmesh_brokers:ZmeshNatsQos1",
+    "zmesh-mqtt": "bench.systems.zmesh_brokers:ZmeshMqtt",
+    "zmesh-mqtt-qos1": "bench.systems.zmesh_brokers:ZmeshMqttQos1",
 }
 
 #: Systems run when ``--systems`` is not given (the others run only by name).

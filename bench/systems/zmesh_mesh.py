@@ -54,9 +54,14 @@ def local_env() -> None:
     os.environ["ZMESH_INTERFACES"] = HOST
 
 
-def node_kwargs(seeds: list[str] | None = None, keys: str | None = None) -> dict[str, Any]:
+def node_kwargs(seeds: list[str] | None = None, keys: str | None = None,
+                transport: str | None = None) -> dict[str, Any]:
     """Keyword arguments of every zmesh Node the bench starts: local only, no mDNS;
-    with ``keys`` (a directory holding ``bench.key_secret``), CurveZMQ."""
+    with ``keys`` (a directory holding ``bench.key_secret``), CurveZMQ; with
+    ``transport`` (a broker's URL, bench/systems/zmesh_brokers.py), over that
+    broker instead of ZeroMQ (no seeds: nodes meet at the broker)."""
+    if transport:
+        return {"transport": transport}
     kwargs: dict[str, Any] = {"interfaces": "local", "discovery": False, "seeds": list(seeds or ())}
     if keys:
         kwargs.update(key=os.path.join(keys, "bench.key_secret"), trusted=keys)
@@ -232,7 +237,8 @@ async def _sink(args: dict[str, Any], ctl: Control) -> None:
     def on_msg(msg: zmesh.Message) -> None:
         counter.feed(decode(msg.payload)["type"])
 
-    async with zmesh.Node(args["mesh"], name=f"sink-{index}", **node_kwargs(keys=args.get("keys"))) as node:
+    kwargs = node_kwargs(keys=args.get("keys"), transport=args.get("transport"))
+    async with zmesh.Node(args["mesh"], name=f"sink-{index}", **kwargs) as node:
         agent = node.agent(f"sink-{index}")
         if args["workload"] == "fanout":
             await agent.subscribe(FANOUT_TOPIC, on_msg, inline=True)  # cheap: the guide's path
@@ -250,7 +256,8 @@ async def _source(args: dict[str, Any], ctl: Control) -> None:
 
     sinks: list[dict[str, Any]] = args["sinks"]
     seeds = [str(s["endpoint"]) for s in sinks]
-    async with zmesh.Node(args["mesh"], name="source", **node_kwargs(seeds, args.get("keys"))) as node:
+    kwargs = node_kwargs(seeds, args.get("keys"), args.get("transport"))
+    async with zmesh.Node(args["mesh"], name="source", **kwargs) as node:
         src = node.agent("src")
         await node.wait_for_agents(*(str(s["agent"]) for s in sinks), timeout=_join_timeout(ctl))
         if args["workload"] == "fanout":
@@ -297,7 +304,8 @@ async def _echo(args: dict[str, Any], ctl: Control) -> None:
         seq += 1
         return make_reply(msg.payload, seq)
 
-    async with zmesh.Node(args["mesh"], name="echo", **node_kwargs(keys=args.get("keys"))) as node:
+    kwargs = node_kwargs(keys=args.get("keys"), transport=args.get("transport"))
+    async with zmesh.Node(args["mesh"], name="echo", **kwargs) as node:
         agent = node.agent("echo")
         agent.add_handler(TOPIC, on_request, inline=True)
         ctl.ready({"endpoint": node.endpoint, "agent": agent.id})
@@ -310,7 +318,7 @@ async def _client(args: dict[str, Any], ctl: Control) -> None:
     server: dict[str, Any] = args["server"]
     target = str(server["agent"])
     qos = int(args.get("qos", 0))
-    kwargs = node_kwargs([str(server["endpoint"])], args.get("keys"))
+    kwargs = node_kwargs([str(server["endpoint"])], args.get("keys"), args.get("transport"))
     async with zmesh.Node(args["mesh"], name="client", **kwargs) as node:
         client = node.agent("client")
         await node.wait_for_agents(target, timeout=_join_timeout(ctl))

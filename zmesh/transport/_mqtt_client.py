@@ -13,13 +13,23 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import Any, NamedTuple, Protocol
+from collections import deque
+from typing import Any, Callable, Final, NamedTuple, Protocol
+
+import msgpack
 
 from ..errors import TransportError
 from .wires import PlainMessage
 
-__all__ = ["MqttLink", "LinkOwner", "import_paho", "UNROUTED_PATIENCE"]
+__all__ = ["MqttLink", "LinkOwner", "import_paho", "UNROUTED_PATIENCE", "NATIVE"]
 
+_packb: Callable[..., bytes] = msgpack.packb
+_unpackb: Callable[..., Any] = msgpack.unpackb
+
+#: How a message between zmesh nodes starts when its fields travel in the payload
+#: (msgpack ``[headers, body]`` after it) rather than as MQTT 5 user properties, which
+#: paho packs and parses at about 130 us a message (see docs/transports.md).
+NATIVE: Final = b"\x00zmesh/1\n"
 #: MQTT 5's reason code for a publication the broker took and no client subscribes to.
 NO_MATCHING_SUBSCRIBERS = 0x10
 #: Seconds a QoS 1/2 message to a node is sent again while nobody subscribes to its topic
@@ -35,6 +45,7 @@ class _Unconfirmed(NamedTuple):
     retain: bool
     plain_reply: bool
     since: float
+    native: bool
 
 
 def import_paho() -> Any:
@@ -120,6 +131,8 @@ class MqttLink:
         self._publishing: dict[int, _Unconfirmed | None] = {}
         self._retrying = 0
         self._confirmed = asyncio.Event()
+        self._handed: deque[tuple[Any, tuple[Any, ...]]] = deque()  # paho's callbacks, for the loop
+        self._waking = False
 
     # -- connection ----------------------------------------------------------
 
@@ -133,6 +146,26 @@ class MqttLink:
             client.tls_set_context(owner.tls_context)
         return client
 
+    def _hop(self, callback: Any, *args: Any) -> None:
+        """Run ``callback(*args)`` on the node's loop, after those handed over before it
+        (from paho's thread). One wake-up of the loop carries every callback handed over
+        meanwhile: at thousands of messages a second, a wake-up per message was most of
+        the cost of receiving one."""
+        self._handed.append((callback, args))
+        if not self._waking:
+            self._waking = True
+            try:
+                self._loop.call_soon_threadsafe(self._run_handed)
+            except RuntimeError:  # the loop is closed: nothing runs any more
+                self._waking = False
+
+    def _run_handed(self) -> None:
+        handed = self._handed
+        self._waking = False  # before taking: what paho hands over from now on wakes the loop again
+        while handed:
+            callback, args = handed.popleft()
+            callback(*args)
+
     async def connect(self, wait: float) -> None:
         owner = self._owner
         client = self._new_client(True)
@@ -140,7 +173,7 @@ class MqttLink:
         client.max_queued_messages_set(owner.max_queued)
         client.max_inflight_messages_set(owner.max_in_flight)
         client.reconnect_delay_set(1, 2)
-        hop = self._loop.call_soon_threadsafe
+        hop = self._hop
         def on_connect(c: Any, u: Any, flags: Any, reason: Any, props: Any) -> None:  # paho's thread
             if not reason.is_failure:
                 self._generation += 1  # before any message of this connection is read
@@ -213,11 +246,17 @@ class MqttLink:
             self._subscribing.add(mid)
 
     def publish(self, topic: str, data: PlainMessage | bytes, qos: int, retain: bool = False,
-                plain_reply: bool = False, routed_since: float | None = None) -> None:
+                plain_reply: bool = False, routed_since: float | None = None, native: bool = False) -> None:
         """Publish; ``routed_since``: a message to a node (an agent's or a node's address),
         sent again for ``UNROUTED_PATIENCE`` seconds from then while the broker says no
-        client subscribes to it (monotonic time; None: never)."""
-        body, properties = (data, None) if isinstance(data, bytes) else (data.body, self._properties(data, plain_reply))
+        client subscribes to it (monotonic time; None: never). ``native``: the fields
+        and the body packed in the payload (``NATIVE``), no properties."""
+        if isinstance(data, bytes):
+            body, properties = data, None
+        elif native:
+            body, properties = NATIVE + _packb([data.headers, data.body]), None
+        else:
+            body, properties = data.body, self._properties(data, plain_reply)
         try:
             info = self._client.publish(topic, body, qos=qos, retain=retain, properties=properties)
         except ValueError as exc:  # a topic paho refuses
@@ -228,7 +267,7 @@ class MqttLink:
         elif qos:  # kept by paho while not connected, sent on connecting
             again = None
             if routed_since is not None:
-                again = _Unconfirmed(topic, data, qos, retain, plain_reply, routed_since)
+                again = _Unconfirmed(topic, data, qos, retain, plain_reply, routed_since, native)
             self._publishing[info.mid] = again
             self._confirmed.clear()
         elif info.rc != 0:
@@ -256,6 +295,10 @@ class MqttLink:
 
     def _on_message(self, message: Any, generation: int) -> None:
         props = message.properties
+        payload = bytes(message.payload)
+        if payload.startswith(NATIVE) and not getattr(props, "UserProperty", None):
+            self._on_native(message, generation, payload)
+            return
         headers: dict[str, str] = {}
         for key, value in getattr(props, "UserProperty", None) or ():
             headers[key] = value
@@ -275,7 +318,22 @@ class MqttLink:
             if ack:
                 self.ack(ack)
             return
-        self._owner.arrived(topic, PlainMessage(headers, bytes(message.payload), reply=reply), message.qos, ack, ids)
+        self._owner.arrived(topic, PlainMessage(headers, payload, reply=reply), message.qos, ack, ids)
+
+    def _on_native(self, message: Any, generation: int, payload: bytes) -> None:
+        ack = f"{generation}/{message.mid}/{message.qos}" if message.qos else ""
+        try:
+            headers, body = _unpackb(payload[len(NATIVE):], raw=False, use_list=True)
+            topic = message.topic
+            if headers.__class__ is not dict or body.__class__ is not bytes or not all(
+                    k.__class__ is str and v.__class__ is str for k, v in headers.items()):
+                raise ValueError("not [headers, body]")
+        except Exception as exc:
+            self._owner.drop("malformed", f"a zmesh payload: {type(exc).__name__}")
+            if ack:
+                self.ack(ack)
+            return
+        self._owner.arrived(topic, PlainMessage(headers, body), message.qos, ack, ())
 
     def _on_subscribed(self, mid: int, reasons: Any) -> None:
         if any(getattr(r, "is_failure", False) for r in reasons or ()):
@@ -300,7 +358,8 @@ class MqttLink:
         self._retrying -= 1
         if self._client is not None:
             self._owner.count("resent_unrouted")
-            self.publish(again.topic, again.data, again.qos, again.retain, again.plain_reply, again.since)
+            self.publish(again.topic, again.data, again.qos, again.retain, again.plain_reply, again.since,
+                         again.native)
         self._check_confirmed()
 
     def _check_confirmed(self) -> None:

@@ -68,14 +68,18 @@ class MqttTransport(MessageTransport):
     kept until the broker has them (more are dropped and counted);
     ``max_in_flight``: QoS 1/2 messages on their way to the broker at once,
     no more than the broker's receive maximum (mosquitto's
-    ``max_inflight_messages``, 20 by default), beyond which it drops them."""
+    ``max_inflight_messages``, 20 by default), beyond which it drops them;
+    ``plain_direct``: messages between zmesh nodes carry their fields as
+    user properties too, as broadcasts and replies to plain clients always
+    do (readable by any MQTT 5 tool, and several times slower to pack and
+    parse); by default they travel packed in the payload."""
 
     capabilities = TransportCapabilities(level="message", peers_can_vanish=True, discovery="none")
     name = "mqtt"
 
     def __init__(self, url: str = "mqtt://127.0.0.1:1883", *, keepalive: int = 2, connect_wait: float = 5.0,
                  session_expiry: int = 60, max_queued: int = 10_000, max_in_flight: int = 20,
-                 tls_context: ssl.SSLContext | None = None) -> None:
+                 tls_context: ssl.SSLContext | None = None, plain_direct: bool = False) -> None:
         if not isinstance(url, str) or not url.startswith(("mqtt://", "mqtts://")):
             raise TransportError(f"an MQTT broker is named by an mqtt:// (or mqtts://) URL, got {url!r}")
         parts = urlsplit(url)
@@ -101,6 +105,7 @@ class MqttTransport(MessageTransport):
         self.tls_context = tls_context
         self.keepalive, self.connect_wait = keepalive, float(connect_wait)
         self.session_expiry, self.max_queued, self.max_in_flight = session_expiry, max_queued, max_in_flight
+        self.plain_direct = bool(plain_direct)
         self._host: MessageHost | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._link: MqttLink | None = None
@@ -343,9 +348,11 @@ class MqttTransport(MessageTransport):
         if address.startswith(REPLY_PREFIX):
             link.publish(address[len(REPLY_PREFIX):], data, qos, plain_reply=True)
         elif address.startswith(NODE_ADDRESS_PREFIX):
-            link.publish(self._topics.node(address, data.topic), data, qos, routed_since=time.monotonic())
+            link.publish(self._topics.node(address, data.topic), data, qos, routed_since=time.monotonic(),
+                         native=not self.plain_direct)
         else:
-            link.publish(self._topics.agent(address, data.topic), data, qos, routed_since=time.monotonic())
+            link.publish(self._topics.agent(address, data.topic), data, qos, routed_since=time.monotonic(),
+                         native=not self.plain_direct)
 
     def publish(self, topic: str, data: PlainMessage) -> None:
         if self._link is None or self._closing:
@@ -381,7 +388,8 @@ class MqttTransport(MessageTransport):
             link = self._link
             if link is not None and not self._closing:
                 link.publish(self._topics.agent(data.target, data.topic), data._replace(ack=""),
-                             int(data.headers.get("Zmesh-Qos", "1")), routed_since=time.monotonic())
+                             int(data.headers.get("Zmesh-Qos", "1")), routed_since=time.monotonic(),
+                             native=not self.plain_direct)
             self._settle_now(data.ack)
 
         timer = self._loop.call_later(GIVE_BACK_DELAY, again)
