@@ -20,7 +20,27 @@ from . import helpers
 __all__ = ["nats_url", "start_nats", "mqtt_url", "start_mosquitto"]
 
 
-class NatsServer:
+class _ServerProcess:
+    """A broker the tests started (``self.process``): stopped, or killed."""
+
+    process: subprocess.Popen[bytes]
+
+    def kill(self) -> None:
+        """SIGKILL: what it had read and not yet stored or forwarded is gone."""
+        self.process.kill()
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+class NatsServer(_ServerProcess):
     """A nats-server with JetStream, its store and log in ``directory``."""
 
     def __init__(self, directory: Path, max_payload: int = 2 << 20, jetstream: bool = True, port: int = -1) -> None:
@@ -55,23 +75,9 @@ class NatsServer:
         port = int(self.url.rsplit(":", 1)[1])
         return NatsServer(self.directory, self.max_payload, self.jetstream, port)
 
-    def kill(self) -> None:
-        """SIGKILL: what it had read and not yet stored or forwarded is gone."""
-        self.process.kill()
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
 
 
-class Mosquitto:
+class Mosquitto(_ServerProcess):
     """A mosquitto on 127.0.0.1, its config and log in ``directory``. mosquitto
     cannot pick its own TCP port, so it is given a free one (asked of the
     kernel, then closed) and started again on another if that one was taken meanwhile."""
@@ -118,19 +124,6 @@ class Mosquitto:
         self.stop()
         return Mosquitto(self.directory, int(self.url.rsplit(":", 1)[1]), self.persistent)
 
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
 
 
 def _free_port() -> int:

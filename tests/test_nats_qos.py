@@ -37,6 +37,14 @@ async def queued(url: str, mesh: str) -> int:
         await client.close()
 
 
+async def until_queued(url: str, mesh: str, count: int, within: float, what: str) -> None:
+    """Until the mesh's stream holds ``count`` messages, polled with a deadline."""
+    deadline = time.monotonic() + within
+    while await queued(url, mesh) != count:
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.05)
+
+
 async def test_a_qos_1_message_waits_in_the_stream_until_its_handler_ran(nats_url: str) -> None:
     async with Mesh("nats") as m:
         sender, receiver = await m.node(), await m.node()
@@ -56,10 +64,7 @@ async def test_a_qos_1_message_waits_in_the_stream_until_its_handler_ran(nats_ur
         assert await queued(nats_url, m.name) == 3  # and keeps them while the handlers wait
         gate.set()
         await wait_for(lambda: len(got) == 3, 10, "the three handled")
-        deadline = time.monotonic() + 10
-        while await queued(nats_url, m.name):  # acknowledged: gone from the work queue
-            assert time.monotonic() < deadline, "the stream still holds handled messages"
-            await asyncio.sleep(0.05)
+        await until_queued(nats_url, m.name, 0, 10, "the stream still holds handled messages")  # acknowledged
         assert sorted(got) == [0, 1, 2]
         assert receiver.dead_letters.total == 0
 
@@ -107,10 +112,7 @@ async def test_a_message_that_expires_in_the_stream_is_dead_lettered_and_acknowl
         await wait_for(lambda: receiver.dead_letters.total == 1, 10, "the expired one dead-lettered")
         assert [d.reason for d in receiver.dead_letters] == ["expired"]
         assert got == [0]
-        deadline = time.monotonic() + 10
-        while await queued(nats_url, m.name):
-            assert time.monotonic() < deadline, "the expired message was not acknowledged"
-            await asyncio.sleep(0.05)
+        await until_queued(nats_url, m.name, 0, 10, "the expired message was not acknowledged")
 
 
 async def test_a_plain_jetstream_client_puts_work_in_an_agents_queue(nats_url: str) -> None:
@@ -130,10 +132,7 @@ async def test_a_plain_jetstream_client_puts_work_in_an_agents_queue(nats_url: s
             await client.close()
         await wait_for(lambda: got, 10, "the plain client's job")
         assert got[0].payload == {"job": 7} and got[0].qos == 1
-        deadline = time.monotonic() + 10
-        while await queued(nats_url, m.name):
-            assert time.monotonic() < deadline, "the plain client's job was not acknowledged"
-            await asyncio.sleep(0.05)
+        await until_queued(nats_url, m.name, 0, 10, "the plain client's job was not acknowledged")
 
 
 def _child(url: str, mesh: str, block_at: int) -> subprocess.Popen[str]:
@@ -164,17 +163,12 @@ async def test_a_killed_receivers_unacknowledged_messages_go_to_its_replacement(
             assert await node.wait_acked(10)
             # 0-4 handled; 5 stuck in its handler; 6-19 in its inbox, delivered and unacknowledged
             printed = await read_lines(first, 5)
-            deadline = time.monotonic() + 10
-            while await queued(nats_url, m.name) != 15:  # 0-4 acknowledged (an ack still on its way at
-                assert time.monotonic() < deadline  # a kill is that message's one chance of a second run)
-                await asyncio.sleep(0.05)
+            # 0-4 acknowledged (an ack still on its way at a kill is that message's one chance of a second run)
+            await until_queued(nats_url, m.name, 15, 10, "0-4 acknowledged")
             first.kill()
             handled_first = printed + _handled(first)
             second = await loop.run_in_executor(None, _child, nats_url, m.name, -1)
-            deadline = time.monotonic() + 30
-            while await queued(nats_url, m.name):
-                assert time.monotonic() < deadline, "the replacement did not get what the first left"
-                await asyncio.sleep(0.1)
+            await until_queued(nats_url, m.name, 0, 30, "the replacement did not get what the first left")
             second.terminate()
             handled_second = _handled(second)
             assert handled_first == [0, 1, 2, 3, 4]

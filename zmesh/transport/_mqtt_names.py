@@ -7,34 +7,17 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._wire.names import NODE_ADDRESS_PREFIX, node_address
+from ._escape import escape, unescape
 
 __all__ = ["Topics", "level", "unlevel"]
-
-_RESERVED = "%/+#"
 
 
 def level(name: str) -> str:
     """``name`` as one topic level: ``%``, ``/``, ``+`` and ``#`` escaped as ``%XX``."""
-    if not any(c in name for c in _RESERVED):
-        return name
-    return "".join(f"%{ord(c):02X}" if c in _RESERVED else c for c in name)
+    return escape(name, "%/+#")
 
 
-def unlevel(text: str) -> str:
-    if "%" not in text:
-        return text
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "%" and i + 3 <= len(text):
-            try:
-                out.append(chr(int(text[i + 1:i + 3], 16)))
-                i += 3
-                continue
-            except ValueError:
-                pass
-        out.append(text[i])
-        i += 1
-    return "".join(out)
+unlevel = unescape
 
 
 def _levels(topic: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._wire.names import NODE_ADDRESS_PREFIX, node_address
+from ._escape import escape, unescape
 
 __all__ = ["Subjects", "subject_token", "unescape", "kv_key", "from_kv_key", "bucket_name", "consumer_name"]
 
@@ -71,9 +72,7 @@ class Subjects(NamedTuple):
 
 def subject_token(name: str) -> str:
     """``name`` as one subject token: ``%``, ``.``, ``*`` and ``>`` escaped as ``%XX``."""
-    if not any(c in name for c in "%.*>"):
-        return name
-    return "".join(f"%{ord(c):02X}" if c in "%.*>" else c for c in name)
+    return escape(name, "%.*>")
 
 
 def kv_key(name: str) -> str:
@@ -102,23 +101,6 @@ def from_kv_key(key: str) -> str:
 
 def bucket_name(mesh: str) -> str:
     return "zmesh_" + "".join(c if c.isascii() and c.isalnum() or c == "-" else f"_{ord(c):x}_" for c in mesh)
-
-
-def unescape(token: str) -> str:
-    if "%" not in token:
-        return token
-    out, i = [], 0
-    while i < len(token):
-        if token[i] == "%" and i + 2 < len(token):
-            try:
-                out.append(chr(int(token[i + 1:i + 3], 16)))
-                i += 3
-                continue
-            except ValueError:
-                pass
-        out.append(token[i])
-        i += 1
-    return "".join(out)
 
 
 def consumer_name(agent: str) -> str:
