@@ -17,7 +17,7 @@ import pytest
 
 from . import helpers
 
-__all__ = ["nats_url", "start_nats", "mqtt_url", "start_mosquitto"]
+__all__ = ["nats_url", "start_nats", "mqtt_url", "start_mosquitto", "redis_url", "start_redis"]
 
 
 class _ServerProcess:
@@ -126,6 +126,46 @@ class Mosquitto(_ServerProcess):
 
 
 
+class RedisServer(_ServerProcess):
+    """A redis-server on 127.0.0.1 with an append-only file in ``directory`` (so a
+    restart keeps what it had accepted); like mosquitto it is given a free port."""
+
+    def __init__(self, directory: Path, port: int = 0) -> None:
+        self.directory = directory
+        exe = shutil.which("redis-server") or next(
+            (p for p in ("/usr/bin/redis-server", "/usr/sbin/redis-server") if Path(p).exists()), None)
+        if exe is None:
+            pytest.skip("redis-server is not installed: apt-get install redis-server")
+        for _ in range(5):
+            chosen = port or _free_port()
+            log = directory / f"redis-{time.monotonic_ns()}.log"
+            self.process = subprocess.Popen(
+                [exe, "--bind", "127.0.0.1", "--port", str(chosen), "--dir", str(directory), "--save", "",
+                 "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no", "--logfile", str(log),
+                 "--protected-mode", "yes"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.url = f"redis://127.0.0.1:{chosen}"
+            deadline = time.monotonic() + 15
+            while True:  # ready once its log says so (it loads its append-only file first)
+                text = log.read_text(errors="replace") if log.exists() else ""
+                if "Ready to accept connections" in text:
+                    return
+                if self.process.poll() is not None:
+                    break  # the port was taken meanwhile: another one
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"redis-server did not start within 15 s: {text[-2000:]}")
+                time.sleep(0.02)  # a poll of its log, bounded by the deadline
+            if port:
+                break
+        raise RuntimeError("redis-server did not start (no free port?)")
+
+    def restart(self) -> RedisServer:
+        """Stop this server (its append-only file kept) and start another on the same port."""
+        self.stop()
+        return RedisServer(self.directory, int(self.url.rsplit(":", 1)[1]))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -163,4 +203,21 @@ def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.url
     finally:
         helpers.BROKERS.pop("nats", None)
+        server.stop()
+
+
+def start_redis(directory: Path) -> RedisServer:
+    pytest.importorskip("redis", reason="redis-py is not installed: pip install 'zmesh-agents[redis]'")
+    return RedisServer(directory)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A redis-server for the session; ``Mesh("redis")`` nodes meet there."""
+    server = start_redis(tmp_path_factory.mktemp("redis"))
+    helpers.BROKERS["redis"] = server.url
+    try:
+        yield server.url
+    finally:
+        helpers.BROKERS.pop("redis", None)
         server.stop()

@@ -136,7 +136,7 @@ async def test_a_plain_jetstream_client_puts_work_in_an_agents_queue(nats_url: s
 
 
 def _child(url: str, mesh: str, block_at: int) -> subprocess.Popen[str]:
-    child = subprocess.Popen([sys.executable, str(HERE / "_nats_qos_child.py"), url, mesh, "1.0", str(block_at)],
+    child = subprocess.Popen([sys.executable, str(HERE / "_qos_child.py"), url, mesh, "1.0", str(block_at)],
                              stdout=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": str(HERE.parent)})
     assert child.stdout is not None and child.stdout.readline() == "ready\n"

@@ -324,7 +324,11 @@ class MessageMesh(Generic[S]):
 
     def on_message(self, data: Any) -> None:
         msg = self._decoded(data)
-        if msg is None or not self.running:
+        if msg is None:
+            if self._holds and self.transport.is_held(data):
+                self.transport.settle(data, True)  # dropped and counted: not delivered again and again
+            return
+        if not self.running:
             return
         if self._holds and self.transport.is_held(data):
             msg.qos = msg.qos or 1  # the broker keeps it until it is acknowledged (a plain client may not say so)

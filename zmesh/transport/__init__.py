@@ -56,8 +56,12 @@ def transport_class(spec: str | Transport | MessageTransport) -> type[Transport]
         from .mqtt import MqttTransport
 
         return MqttTransport
+    if isinstance(spec, str) and spec.startswith(("redis://", "rediss://")):
+        from .redis import RedisTransport
+
+        return RedisTransport
     raise ValueError(
-        f"unknown transport {spec!r}: use 'zmq', 'inproc', a nats:// or mqtt:// URL, or a Transport instance")
+        f"unknown transport {spec!r}: use 'zmq', 'inproc', a nats://, mqtt:// or redis:// URL, or a Transport instance")
 
 
 def make_transport(
@@ -65,7 +69,8 @@ def make_transport(
     security: Security | None = None,
 ) -> Transport | MessageTransport:
     """A transport from its name (``"zmq"``, ``"inproc"``), its URL
-    (``"nats://127.0.0.1:4222"``, ``"mqtt://127.0.0.1:1883"``) or the instance itself.
+    (``"nats://127.0.0.1:4222"``, ``"mqtt://127.0.0.1:1883"``,
+    ``"redis://127.0.0.1:6379"``) or the instance itself.
 
     ``port``, ``pub_port`` (0: any free port) and ``security`` with a key
     (see :mod:`zmesh.security`) are for ``"zmq"`` only.

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from typing import Any, Callable, Coroutine
 
@@ -45,7 +44,7 @@ from ._nats_names import Subjects, consumer_name
 from ._nats_records import NatsRecords
 from ._nats_queue import NAK_DELAY, Unconfirmed, ensure_consumer, ensure_stream
 from ._ordered import OrderedSteps, Step
-from .wires import JSON, PlainMessage, PlainWire
+from .wires import PlainMessage, PlainWire, not_received
 
 __all__ = ["NatsTransport"]
 
@@ -403,9 +402,7 @@ class NatsTransport(MessageTransport):
             return
         reply_to, correlation_id, target = unanswered
         why = f"no node listens for agent {target!r} any more (NATS: no responders)"
-        headers = {"Zmesh-Type": "result", "Zmesh-Correlation-Id": correlation_id, "Zmesh-Status": "not_found",
-                   "Zmesh-Sender": target, "Content-Type": JSON}
-        host.on_message(PlainMessage(headers, json.dumps(why).encode(), reply_to, ""))
+        host.on_message(not_received(reply_to, correlation_id, target, why))
 
     async def _beat(self) -> None:
         while True:

@@ -27,7 +27,7 @@ from .._wire.frames import decode_item
 from ..errors import FrameError, InvalidMessage
 from ..message import MESSAGE_TYPES, STATUSES, Message, check_options, iso_timestamp, new_id, parse_timestamp
 
-__all__ = ["ItemWire", "PlainMessage", "PlainWire", "HEADERS", "JSON", "MSGPACK", "OCTETS"]
+__all__ = ["ItemWire", "PlainMessage", "PlainWire", "HEADERS", "JSON", "MSGPACK", "OCTETS", "not_received"]
 
 JSON: Final = "application/json"
 MSGPACK: Final = "application/msgpack"
@@ -89,6 +89,14 @@ class PlainMessage(NamedTuple):
     topic: str = ""
     reply: str = ""
     ack: str = ""
+
+
+def not_received(reply_to: str, correlation_id: str, target: str, why: str) -> PlainMessage:
+    """The answer to a request the broker says nobody received (``not_found``,
+    from ``target``), for the requester at ``reply_to``."""
+    headers = {"Zmesh-Type": "result", "Zmesh-Correlation-Id": correlation_id, "Zmesh-Status": "not_found",
+               "Zmesh-Sender": target, "Content-Type": JSON}
+    return PlainMessage(headers, json.dumps(why).encode(), reply_to, "")
 
 
 def _json_exact(value: Any) -> bool:
