@@ -135,6 +135,26 @@ async def test_a_plain_jetstream_client_puts_work_in_an_agents_queue(nats_url: s
         await until_queued(nats_url, m.name, 0, 10, "the plain client's job was not acknowledged")
 
 
+async def test_a_malformed_message_in_the_stream_is_dropped_counted_and_acknowledged(nats_url: str) -> None:
+    import nats as nats_py
+
+    async with Mesh("nats") as m:
+        node = await m.node()
+        got: list[zmesh.Message] = []
+        node.agent("worker").add_handler("jobs.new", got.append, inline=True)
+        await m.converged()
+        client = await nats_py.connect(nats_url)
+        try:
+            js = client.jetstream()
+            await js.publish(f"zmesh.{m.name}.q.worker.jobs.new", b"1", headers={"Zmesh-Priority": "urgent"})
+            await js.publish(f"zmesh.{m.name}.q.worker.jobs.new", b'"fine"')
+        finally:
+            await client.close()
+        await wait_for(lambda: got and node.stats()["dropped"].get("malformed", 0) == 1, 10)
+        assert [g.payload for g in got] == ["fine"]
+        await until_queued(nats_url, m.name, 0, 10, "the malformed message was not acknowledged")
+
+
 def _child(url: str, mesh: str, block_at: int) -> subprocess.Popen[str]:
     child = subprocess.Popen([sys.executable, str(HERE / "_qos_child.py"), url, mesh, "1.0", str(block_at)],
                              stdout=subprocess.PIPE, text=True,
