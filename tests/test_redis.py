@@ -388,6 +388,23 @@ async def test_while_the_server_is_away_what_waits_for_it_is_bounded(tmp_path: P
         server.stop()
 
 
+async def test_while_the_server_is_away_the_commands_queued_are_bounded(tmp_path: Path) -> None:
+    server = start_redis(tmp_path)
+    try:
+        transport = RedisTransport(server.url, expiry=60.0, max_queued=20)
+        async with zmesh.Node("m", transport=transport) as n1:
+            tx = n1.agent("tx")
+            n1.agent("rx").add_handler("job", lambda msg: None, inline=True)
+            await n1.settled()
+            server.stop()
+            for n in range(200):
+                await tx.send("rx", "job", {"n": n})  # QoS 0
+            await wait_for(lambda: n1.stats()["dropped"].get("queue_full", 0) > 0, 10, "queue_full")
+            assert n1.transport.stats().get("queue_full", 0) > 0
+    finally:
+        server.stop()
+
+
 async def test_no_server_is_a_transport_error_naming_the_url(tmp_path: Path) -> None:
     server = start_redis(tmp_path)
     url = server.url

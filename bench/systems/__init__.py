@@ -32,6 +32,8 @@ REGISTRY: dict[str, str] = {
     "zmesh-nats-qos1": "bench.systems.zmesh_brokers:ZmeshNatsQos1",
     "zmesh-mqtt": "bench.systems.zmesh_brokers:ZmeshMqtt",
     "zmesh-mqtt-qos1": "bench.systems.zmesh_brokers:ZmeshMqttQos1",
+    "zmesh-redis": "bench.systems.zmesh_brokers:ZmeshRedis",
+    "zmesh-redis-qos1": "bench.systems.zmesh_brokers:ZmeshRedisQos1",
 }
 
 #: Systems run when ``--systems`` is not given (the others run only by name).

@@ -6,6 +6,8 @@ the zmesh API costs over each transport beside that broker's raw client.
   the mesh's membership in a key-value bucket, and QoS 1 in a stream); compare with
   ``nats`` and ``jetstream``.
 * ``zmesh-mqtt``, ``zmesh-mqtt-qos1``: mosquitto; compare with ``mqtt`` and ``mqtt-qos1``.
+* ``zmesh-redis``, ``zmesh-redis-qos1``: redis-server (QoS 1 through a stream per agent);
+  compare with ``redis``.
 
 A QoS 1 one-way run ends when ``node.wait_acked()`` returns (the broker has confirmed
 every message) or at the sink's n-th envelope, whichever is later, as for ``zmesh-qos1``.
@@ -22,8 +24,9 @@ from . import zmesh_mesh
 from .base import module_available
 from .mqtt import Mqtt
 from .nats import Nats
+from .redis_pubsub import RedisPubSub
 
-__all__ = ["ZmeshMqtt", "ZmeshMqttQos1", "ZmeshNats", "ZmeshNatsQos1", "peer"]
+__all__ = ["ZmeshMqtt", "ZmeshMqttQos1", "ZmeshNats", "ZmeshNatsQos1", "ZmeshRedis", "ZmeshRedisQos1", "peer"]
 
 peer = zmesh_mesh.peer  # the zmesh roles, with args["transport"] set
 
@@ -92,5 +95,24 @@ class ZmeshMqttQos1(ZmeshMqtt):
     key: ClassVar[str] = "zmesh-mqtt-qos1"
     label: ClassVar[str] = "zmesh MQTT qos=1"
     notes: ClassVar[str] = "zmesh over MQTT with qos=1 on every send and request; ends at node.wait_acked()"
+    supports: ClassVar[frozenset[str]] = frozenset({"throughput", "rtt"})
+    qos: ClassVar[int] = 1
+
+
+class ZmeshRedis(_OverBroker, RedisPubSub):
+    key: ClassVar[str] = "zmesh-redis"
+    label: ClassVar[str] = "zmesh over Redis"
+    notes: ClassVar[str] = "zmesh nodes with transport=redis://... (redis-server); the zmesh roles of `zmesh`, pub/sub"
+    supports: ClassVar[frozenset[str]] = frozenset({"throughput", "rtt", "fanout"})
+
+    def url(self) -> str:
+        return f"redis://{HOST}:{self._server.port}"
+
+
+class ZmeshRedisQos1(ZmeshRedis):
+    key: ClassVar[str] = "zmesh-redis-qos1"
+    label: ClassVar[str] = "zmesh Redis qos=1"
+    notes: ClassVar[str] = ("zmesh over Redis with qos=1: one-way messages through a stream per agent "
+                            "(XADD, XREADGROUP, XACK), ends at node.wait_acked()")
     supports: ClassVar[frozenset[str]] = frozenset({"throughput", "rtt"})
     qos: ClassVar[int] = 1
