@@ -4,6 +4,7 @@ that needs one that cannot be had skips, naming the install line."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -17,7 +18,8 @@ import pytest
 
 from . import helpers
 
-__all__ = ["nats_url", "start_nats", "mqtt_url", "start_mosquitto", "redis_url", "start_redis"]
+__all__ = ["nats_url", "start_nats", "mqtt_url", "start_mosquitto", "redis_url", "start_redis", "queued",
+           "until_queued"]
 
 
 class _ServerProcess:
@@ -221,3 +223,29 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         helpers.BROKERS.pop("redis", None)
         server.stop()
+
+
+async def queued(kind: str, url: str, mesh: str) -> int:
+    """How many messages the broker holds for the mesh (not yet acknowledged)."""
+    if kind == "redis":
+        import redis.asyncio
+
+        async with redis.asyncio.Redis.from_url(url) as client:
+            keys = [key async for key in client.scan_iter(match=f"zmesh:{mesh}:q:*")]
+            return sum([int(await client.xlen(key)) for key in keys])
+    import nats as nats_py
+
+    client = await nats_py.connect(url)
+    try:
+        info = await client.jsm().stream_info(f"zmesh_{mesh}")
+        return int(info.state.messages)
+    finally:
+        await client.close()
+
+
+async def until_queued(kind: str, url: str, mesh: str, count: int, within: float, what: str) -> None:
+    """Until the broker holds ``count`` messages for the mesh, polled with a deadline."""
+    deadline = time.monotonic() + within
+    while await queued(kind, url, mesh) != count:
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.05)

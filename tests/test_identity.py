@@ -23,7 +23,7 @@ from zmesh._wire import codec
 from zmesh.security import keygen, load_key
 from zmesh.transport.base import endpoint_address
 
-from .engine_pair import LIVENESS, WALL, Net, Packet, router
+from .engine_pair import LIVENESS, WALL, Net, Packet
 from .helpers import Mesh, wait_for
 
 pytestmark = pytest.mark.timeout(30)

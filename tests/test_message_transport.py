@@ -41,6 +41,40 @@ async def test_two_nodes_on_a_broker_talk_and_see_each_other() -> None:
         assert stats["node_id"] == "n2"
 
 
+class LateRecords(MemoryTransport):
+    """Its record reaches the others only once ``release()`` is called (a broker's
+    membership path slower than its messages)."""
+
+    held: list[bytes] | None = None
+
+    def put_record(self, data: bytes) -> None:
+        if self.held is None:
+            super().put_record(data)
+        else:
+            self.held.append(data)
+
+    def release(self) -> None:
+        held, self.held = self.held or [], None
+        for data in held:
+            super().put_record(data)
+
+
+async def test_a_requester_whose_record_has_not_come_yet_gets_its_reply() -> None:
+    broker = MemoryBroker()
+    late = LateRecords(broker)
+    async with zmesh.Node("m", transport=late, name="n1") as n1, \
+            zmesh.Node("m", transport=MemoryTransport(broker), name="n2") as n2:
+        n2.agent("b").add_handler("add", lambda msg: msg.payload + 1)
+        await n1.wait_for_agents("b", timeout=5)
+        late.held = []  # n1's next records stay with it: n2 never hears of "a" before it answers
+        a = n1.agent("a")
+        assert (await a.request("b", "add", 1, timeout=5)).payload == 2
+        assert "a" not in n2.registry.agents()
+        assert n2.dead_letters.total == 0
+        late.release()
+        await wait_for(lambda: "a" in n2.registry.agents(), 5, "the record once released")
+
+
 async def test_another_mesh_on_the_same_broker_is_not_seen() -> None:
     broker = MemoryBroker()
     async with zmesh.Node("m1", transport=MemoryTransport(broker)) as n1, \

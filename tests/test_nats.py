@@ -11,14 +11,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 import zmesh
 from zmesh.transport.nats import NatsTransport
 
-from .brokers import NatsServer, start_nats
+from .brokers import NatsServer
 from .helpers import Mesh, wait_for
 
 pytestmark = pytest.mark.timeout(60)

@@ -21,7 +21,7 @@ import pytest
 import zmesh
 from zmesh.transport.redis import RedisTransport
 
-from .brokers import start_redis
+from .brokers import start_redis, until_queued
 from .helpers import Mesh, wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -57,18 +57,6 @@ async def next_message(pubsub: Any, within: float = 10.0) -> dict[str, Any]:
         if message and message["type"] in ("message", "pmessage"):
             return dict(message)
     raise AssertionError(f"nothing arrived within {within} s")
-
-
-def stream_length(url: str, mesh: str, agent: str) -> int:
-    with plain_client(url) as client:
-        return int(client.xlen(f"zmesh:{mesh}:q:{agent}"))
-
-
-async def until_stream(url: str, mesh: str, agent: str, count: int, within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while stream_length(url, mesh, agent) != count:
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
 
 
 async def test_a_plain_redis_client_requests_sends_and_hears_broadcasts(redis_url: str) -> None:
@@ -133,7 +121,7 @@ async def test_the_redis_cli_lines_of_the_docs_work(redis_url: str) -> None:
         assert sorted((g.topic, json.dumps(g.payload)) for g in got) == [
             ("jobs.run", '{"job": 7}'), ("note", '{"hello": 1}')]
         assert [g.qos for g in got if g.topic == "jobs.run"] == [1]
-        await until_stream(redis_url, m.name, "worker", 0, 10, "the plain client's job was not acknowledged")
+        await until_queued("redis", redis_url, m.name, 0, 10, "the plain client's job was not acknowledged")
         assert run("EXISTS", f"zmesh:{m.name}:record:{node.id}") == "1"
 
 
@@ -155,78 +143,7 @@ async def test_what_a_plain_client_sends_badly_is_dropped_and_counted(redis_url:
         await wait_for(lambda: got, 10)
         await wait_for(lambda: node.stats()["dropped"].get("malformed", 0) == 6, 10)
         assert [g.payload for g in got] == ["fine"]
-        await until_stream(redis_url, m.name, "echo", 0, 10, "a malformed entry stays in the stream")
-
-
-async def test_a_qos_1_message_waits_in_its_stream_until_its_handler_ran(redis_url: str) -> None:
-    async with Mesh("redis") as m:
-        sender, receiver = await m.node(), await m.node()
-        tx = sender.agent("tx")
-        gate = asyncio.Event()
-        got: list[int] = []
-
-        async def job(msg: zmesh.Message) -> None:
-            await gate.wait()
-            got.append(msg.payload["n"])
-
-        receiver.agent("rx").add_handler("job", job)
-        await m.converged()
-        for n in range(3):
-            await tx.send("rx", "job", {"n": n}, qos=1)
-        assert await sender.wait_acked(10)  # the server has all three
-        assert stream_length(redis_url, m.name, "rx") == 3  # and keeps them while the handlers wait
-        gate.set()
-        await wait_for(lambda: len(got) == 3, 10, "the three handled")
-        await until_stream(redis_url, m.name, "rx", 0, 10, "the stream still holds handled messages")
-        assert sorted(got) == [0, 1, 2]
-        assert receiver.dead_letters.total == 0
-
-
-async def test_what_a_full_inbox_refuses_comes_again_and_is_handled(redis_url: str) -> None:
-    async with Mesh("redis") as m:
-        sender, receiver = await m.node(), await m.node()
-        tx = sender.agent("tx")
-        gate = asyncio.Event()
-        got: list[int] = []
-
-        async def job(msg: zmesh.Message) -> None:
-            await gate.wait()
-            got.append(msg.payload["n"])
-
-        receiver.agent("rx", concurrency=1, inbox_size=2).add_handler("job", job)
-        await m.converged()
-        for n in range(20):
-            await tx.send("rx", "job", {"n": n}, qos=1)
-        await wait_for(lambda: receiver.stats().get("given_back", 0) > 0, 10, "a full inbox to give one back")
-        gate.set()
-        await wait_for(lambda: len(set(got)) == 20, 30, "all twenty handled")
-        assert receiver.dead_letters.total == 0  # nothing dead-lettered "busy": it came again instead
-        assert len(got) == 20  # and nothing twice
-        await until_stream(redis_url, m.name, "rx", 0, 10, "what was given back stays in the stream")
-
-
-async def test_a_message_that_expires_in_its_stream_is_dead_lettered_and_acknowledged(redis_url: str) -> None:
-    async with Mesh("redis") as m:
-        sender, receiver = await m.node(), await m.node()
-        tx = sender.agent("tx")
-        gate = asyncio.Event()
-        got: list[int] = []
-
-        async def job(msg: zmesh.Message) -> None:
-            await gate.wait()
-            got.append(msg.payload["n"])
-
-        receiver.agent("rx", concurrency=1).add_handler("job", job)
-        await m.converged()
-        await tx.send("rx", "job", {"n": 0}, qos=1)
-        sent = time.time()
-        await tx.send("rx", "job", {"n": 1}, qos=1, ttl=0.3)
-        await wait_for(lambda: time.time() > sent + 0.4, 5, "the ttl to run out")
-        gate.set()
-        await wait_for(lambda: receiver.dead_letters.total == 1, 10, "the expired one dead-lettered")
-        assert [d.reason for d in receiver.dead_letters] == ["expired"]
-        assert got == [0]
-        await until_stream(redis_url, m.name, "rx", 0, 10, "the expired message was not acknowledged")
+        await until_queued("redis", redis_url, m.name, 0, 10, "a malformed entry stays in the stream")
 
 
 async def test_a_handler_slower_than_ack_wait_keeps_its_message(redis_url: str) -> None:
@@ -252,7 +169,7 @@ async def test_a_handler_slower_than_ack_wait_keeps_its_message(redis_url: str) 
         await wait_for(lambda: time.monotonic() - started > 2.0, 5, "four times ack_wait")
         gate.set()
         await wait_for(lambda: got, 10)
-        await until_stream(redis_url, m.name, "rx", 0, 10, "not acknowledged")
+        await until_queued("redis", redis_url, m.name, 0, 10, "not acknowledged")
         transport_stats = receiver.stats()["transport"]
         assert got == [1]
         assert transport_stats.get("claimed", 0) == 0, transport_stats
@@ -269,48 +186,6 @@ def _child(url: str, mesh: str, block_at: int) -> subprocess.Popen[str]:
 def _handled(child: subprocess.Popen[str]) -> list[int]:
     out, _ = child.communicate(timeout=10)
     return [int(line) for line in out.split()]
-
-
-async def read_lines(child: subprocess.Popen[str], count: int) -> list[int]:
-    assert child.stdout is not None
-    seen: list[int] = []
-    loop = asyncio.get_running_loop()
-    while len(seen) < count:
-        line = await asyncio.wait_for(loop.run_in_executor(None, child.stdout.readline), 20)
-        assert line, "the child ended early"
-        seen.append(int(line))
-    return seen
-
-
-@pytest.mark.multiprocess
-async def test_a_killed_receivers_unacknowledged_messages_go_to_its_replacement(redis_url: str) -> None:
-    async with Mesh("redis") as m:
-        node = await m.node(transport=RedisTransport(redis_url, expiry=30.0))
-        tx = node.agent("tx")
-        loop = asyncio.get_running_loop()
-        first = await loop.run_in_executor(None, _child, redis_url, m.name, 5)  # its handler never ends at 5
-        second = None
-        try:
-            await node.wait_for_agents("rx", timeout=10)
-            for n in range(20):
-                await tx.send("rx", "job", {"n": n}, qos=1)
-            assert await node.wait_acked(10)
-            printed = await read_lines(first, 5)
-            await until_stream(redis_url, m.name, "rx", 15, 10, "0-4 acknowledged")
-            first.kill()
-            handled_first = printed + _handled(first)
-            # another node (another name): it claims what the first read and never acknowledged (ack_wait 1 s)
-            second = await loop.run_in_executor(None, _child, redis_url, m.name, -1)
-            await until_stream(redis_url, m.name, "rx", 0, 30, "the replacement did not get what the first left")
-            second.terminate()
-            handled_second = _handled(second)
-            assert handled_first == [0, 1, 2, 3, 4]
-            assert sorted(handled_second) == list(range(5, 20))  # nothing lost, nothing twice
-        finally:
-            for child in (first, second):
-                if child is not None and child.poll() is None:
-                    child.kill()
-                    child.wait(10)
 
 
 @pytest.mark.multiprocess
@@ -332,60 +207,6 @@ async def test_a_killed_node_fails_requests_at_once_then_leaves(redis_url: str) 
             if child.poll() is None:
                 child.kill()
                 child.wait(10)
-
-
-@pytest.mark.parametrize("qos", [1, 2])
-async def test_nothing_is_lost_when_the_server_restarts_mid_stream(tmp_path: Path, qos: int) -> None:
-    server = start_redis(tmp_path)
-    try:
-        def transport() -> RedisTransport:
-            return RedisTransport(server.url, expiry=60.0)  # the registry outlives the restart
-
-        async with zmesh.Node("m", transport=transport()) as n1, zmesh.Node("m", transport=transport()) as n2:
-            tx = n1.agent("tx")
-            got: list[int] = []
-            n2.agent("rx").add_handler("job", lambda msg: got.append(msg.payload["n"]), inline=True)
-            await n1.wait_for_agents("rx", timeout=10)
-            await n2.settled()
-            total = 300
-            loop = asyncio.get_running_loop()
-            for n in range(total):
-                if n == 100:
-                    killer = loop.run_in_executor(None, server.kill)  # SIGKILL in the middle of a burst
-                if n == 200:
-                    await killer
-                    server = await loop.run_in_executor(None, server.restart)  # the same port and data
-                await tx.send("rx", "job", {"n": n}, qos=qos)
-                if n % 10 == 0:
-                    await asyncio.sleep(0.001)
-            assert await n1.wait_acked(30)
-            await wait_for(lambda: len(set(got)) == total, 30, "every message handled")
-            assert sorted(set(got)) == list(range(total))
-            if qos == 2:
-                assert len(got) == total  # handled once each
-            assert n2.stats()["transport"].get("pubsub_reconnects", 0) >= 1
-            # and a request (pub/sub) goes through again
-            assert (await n1.agent("asker").request("rx", "job", {"n": -1}, timeout=10)).payload is None
-    finally:
-        server.stop()
-
-
-async def test_while_the_server_is_away_what_waits_for_it_is_bounded(tmp_path: Path) -> None:
-    server = start_redis(tmp_path)
-    try:
-        transport = RedisTransport(server.url, expiry=60.0, max_unconfirmed=50, connect_wait=0.5)
-        async with zmesh.Node("m", transport=transport) as n1:
-            tx = n1.agent("tx")
-            n1.agent("rx").add_handler("job", lambda msg: None, inline=True)
-            await n1.settled()
-            server.stop()
-            for n in range(80):
-                await tx.send("rx", "job", {"n": n}, qos=1)
-            await wait_for(lambda: n1.stats()["dropped"].get("unconfirmed_full", 0) == 30, 10,
-                           "the 30 over the bound dropped and counted")
-            assert not await n1.wait_acked(0.2)
-    finally:
-        server.stop()
 
 
 async def test_while_the_server_is_away_the_commands_queued_are_bounded(tmp_path: Path) -> None:

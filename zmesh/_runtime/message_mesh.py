@@ -286,9 +286,8 @@ class MessageMesh(Generic[S]):
             reply.status = "error"
             reply.payload = {"type": "InvalidMessage", "message": str(exc)[:512]}
             data = self._encode(reply, route)
-        if route is None and not self.transport.reaches(target):
-            self.sink.dead(reply, "not_found", "the requester is gone", target)
-            return
+        # Sent even to a requester this node has no record of: the broker routes by address,
+        # and a requester that has just come (its record still on its way) is waiting for it.
         self.transport.send(target, data)
 
     def handled(self, origin: str, msg: Message) -> None:

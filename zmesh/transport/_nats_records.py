@@ -55,29 +55,53 @@ class NatsRecords:
     async def watch(self, host: Callable[[], MessageHost | None]) -> None:
         """Tell ``host()`` of every record, new, changed or gone (runs until cancelled)."""
         loaded = False
-        async for entry in self._watcher:
-            to = host()
-            if to is None:
-                return
-            if entry is None:
-                if not loaded:
-                    loaded = True
-                    to.on_records_loaded()
-                continue
-            node_id = from_kv_key(entry.key)
-            if node_id == self._node_id:
-                continue
-            if entry.operation in ("DEL", "PURGE") or not entry.value:
-                if self._heard.pop(node_id, None) is not None:
-                    to.on_record(node_id, None)
-                continue
-            if not loaded and entry.created is not None and (
-                    time.time() - entry.created.timestamp() > self._expiry):
-                continue  # not renewed for longer than a node lives without: it died
-            old = self._heard.get(node_id)
-            self._heard[node_id] = (time.monotonic(), bytes(entry.value))
-            if old is None or old[1] != entry.value:
-                to.on_record(node_id, bytes(entry.value))
+        while True:
+            watcher = self._watcher
+            async for entry in watcher:
+                to = host()
+                if to is None:
+                    return
+                if entry is None:
+                    if not loaded:
+                        loaded = True
+                        to.on_records_loaded()
+                    continue
+                self._entry(entry, to)
+            if watcher is self._watcher:
+                return  # stopped, not replaced (see rewatch)
+
+    def _entry(self, entry: Any, to: MessageHost) -> None:
+        node_id = from_kv_key(entry.key)
+        if node_id == self._node_id:
+            return
+        if entry.operation in ("DEL", "PURGE") or not entry.value:
+            if self._heard.pop(node_id, None) is not None:
+                to.on_record(node_id, None)
+            return
+        if entry.created is not None and time.time() - entry.created.timestamp() > self._expiry:
+            return  # not renewed for longer than a node lives without: it died (a watcher's replay of the bucket)
+        old = self._heard.get(node_id)
+        self._heard[node_id] = (time.monotonic(), bytes(entry.value))
+        if old is None or old[1] != entry.value:
+            to.on_record(node_id, bytes(entry.value))
+
+    async def rewatch(self) -> None:
+        """After a reconnect: watch the bucket anew (a restarted server lost the old
+        watcher's consumer, and nats-py's would come back only after its heartbeats
+        were missed, many seconds later). What changed meanwhile is told again;
+        a node whose record did not come back is gone once it is not renewed."""
+        for delay in (0.1, 0.2, 0.5, 1.0, 2.0):
+            try:
+                fresh = await self._kv.watchall()
+                break
+            except Exception:
+                self._count("rewatch_failed")
+                await asyncio.sleep(delay)
+        else:
+            return
+        old, self._watcher = self._watcher, fresh
+        with contextlib.suppress(Exception):
+            await old.stop()
 
     def beat(self, host: MessageHost | None) -> None:
         """Once a heartbeat: renew this node's record, and count gone what was not renewed."""

@@ -132,7 +132,7 @@ class NatsTransport(MessageTransport):
         self._host, self._loop, self._node_id = host, loop, node_id
         self._names = names = Subjects.of(mesh)
         self._nc = await connect(self.url, f"zmesh {node_id}", self._options, self.connect_wait, self._count,
-                                 self._pubacks.resend_all)  # what the old server had not confirmed
+                                 self._reconnected)
         self.max_message = int(self._nc.max_payload)  # the server's limit, headers included
         nc = self._nc
 
@@ -153,6 +153,11 @@ class NatsTransport(MessageTransport):
         self._subscribe("confirm", self._pubacks.inbox + "*", self._on_confirmation)
         self._tasks.append(loop.create_task(self._records.watch(lambda: self._host)))
         self._tasks.append(loop.create_task(self._beat()))
+
+    def _reconnected(self) -> None:
+        self._pubacks.resend_all()  # what the old server had not confirmed
+        if self._records is not None and self._loop is not None and not self._closing:
+            self._tasks.append(self._loop.create_task(self._records.rewatch()))
 
     async def withdraw(self) -> None:
         records = self._records
