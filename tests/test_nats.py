@@ -192,6 +192,9 @@ async def test_nodes_carry_on_after_the_server_restarts(tmp_path: Path) -> None:
                         continue
             assert await asyncio.wait_for(answered(), 20) == 2
             assert n1.peers == [n2.id]
+            # membership flows again at once (not once nats-py's watcher misses its heartbeats, ~20 s on)
+            n1.agent("later")
+            await wait_for(lambda: "later" in n2.registry.agents(), 3, "the new agent's record at n2")
     finally:
         server.stop()
 
