@@ -164,7 +164,8 @@ class Dispatch:
                 self.receipt(kind, "failure", started, msg, "Backpressure")
                 raise Backpressure(
                     f"agent {msg.target!r} took nothing more from node {self.config.node_id!r} within "
-                    f"{deadline - started:.3g} s (its inbox holds what flow control allows); nothing was sent"
+                    f"{deadline - started:.3g} s (its inbox holds what flow control allows, or this node's "
+                    "transport holds all it may for its broker); nothing was sent"
                 )
             future: asyncio.Future[None] = loop.create_future()
             waiters = self._credit_waiters.setdefault(msg.target, [])

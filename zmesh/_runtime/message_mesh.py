@@ -103,6 +103,7 @@ class MessageMesh(Generic[S]):
         self.counters: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
         self._logged: set[tuple[str, str]] = set()
+        self._waiting_for_room: set[str] = set()  # targets whose senders wait for the transport's room
         self.held = HeldDeliveries(transport, self._count)
         # Does the broker hold deliveries at all? (Most do not: one test per message saved.)
         self._holds = type(transport).is_held is not MessageTransport.is_held
@@ -187,7 +188,13 @@ class MessageMesh(Generic[S]):
             return named if named == self.node_id or named in self.registry else None
         return node_id
 
-    admit = route  # flow control is the broker's: a known target always has credit
+    def admit(self, target: str) -> str | None:
+        """The route to ``target``; "" (wait) while the transport has no room for one more."""
+        route = self.route(target)
+        if route and not self.transport.has_room():
+            self._waiting_for_room.add(target)
+            return ""
+        return route
 
     def taken(self, origin: str, agent: str) -> None:
         """Credit is the broker's: nothing to give back."""
@@ -227,8 +234,8 @@ class MessageMesh(Generic[S]):
 
     def try_send(self, msg: Message, now: float) -> str | None:
         self._check_open()
-        route = self.route(msg.target)
-        if route is not None:
+        route = self.admit(msg.target)
+        if route:
             self.send(msg, route, now)
         return route
 
@@ -391,6 +398,11 @@ class MessageMesh(Generic[S]):
 
     def on_flushed(self) -> None:
         self.watch.wake()  # settled() may be true now
+
+    def on_room(self) -> None:
+        waiting, self._waiting_for_room = self._waiting_for_room, set()
+        for target in waiting:
+            self.sink.credit(target)
 
     def on_transport_drop(self, reason: str, where: str) -> None:
         self.drop(reason, where)

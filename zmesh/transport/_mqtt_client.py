@@ -80,6 +80,8 @@ class LinkOwner(Protocol):
 
     def flushed(self) -> None: ...
 
+    def confirmed_one(self) -> None: ...
+
     def count(self, reason: str) -> None: ...
 
     def drop(self, reason: str, where: str) -> None: ...
@@ -363,6 +365,7 @@ class MqttLink:
         self._check_confirmed()
 
     def _check_confirmed(self) -> None:
+        self._owner.confirmed_one()
         if not self._publishing and not self._retrying:
             self._confirmed.set()
             self._owner.flushed()

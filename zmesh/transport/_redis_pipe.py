@@ -1,10 +1,12 @@
 """What a Redis node sends, in the order it was asked (internal): ``send``
 never blocks, so each call queues a command, and one task sends what has
 queued up as one pipeline (one write, one read of the replies), so many
-small messages cost one round trip. A command marked ``held`` (a QoS 1/2
-message, not yet in its stream) is tried again after a lost connection;
-any other is dropped and counted. A barrier (a coroutine) runs between
-two pipelines: what was queued after it waits for it."""
+small messages cost one round trip. When a pipeline fails (a lost
+connection), a command in it marked ``held`` (a QoS 1/2 message, not yet
+in its stream) is tried again, any other is dropped and counted (it may
+have reached the server: sending it again could deliver it twice); what was
+queued behind it waits until the server answers a PING again. A barrier (a
+coroutine) runs between two pipelines: what was queued after it waits for it."""
 
 from __future__ import annotations
 
@@ -35,11 +37,12 @@ class CommandPipe:
     """Commands to ``client`` (a ``redis.asyncio.Redis``), in order, on ``loop``."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, client: Any, drop: Callable[[str, str], None],
-                 on_idle: Callable[[], None], max_queued: int) -> None:
+                 on_idle: Callable[[], None], max_queued: int, on_sent: Callable[[], None] = lambda: None) -> None:
         self._loop = loop
         self._client = client
         self._drop = drop
         self._on_idle = on_idle
+        self._on_sent = on_sent
         self.max_queued = max_queued
         self._queue: deque[_Command | _Barrier] = deque()
         self._runner: asyncio.Task[None] | None = None
@@ -99,6 +102,8 @@ class CommandPipe:
                     except Exception as exc:
                         self._drop("barrier_failed", type(exc).__name__)
                     continue
+                if self.failures and not self.closing and not await self._server_back():
+                    continue  # what is queued waits for the server (senders wait once it is full)
                 batch: list[_Command] = []
                 while self._queue and len(batch) < MAX_BATCH and not isinstance(self._queue[0], _Barrier):
                     batch.append(self._queue.popleft())  # type: ignore[arg-type]
@@ -107,6 +112,16 @@ class CommandPipe:
             self._runner = None
         if not self._queue:
             self._on_idle()
+
+    async def _server_back(self) -> bool:
+        """After a failure: is the server there again? (A PING; else a pause before the next try.)"""
+        try:
+            await self._client.execute_command("PING")
+        except Exception:
+            self.failures += 1
+            await asyncio.sleep(RETRY_DELAYS[min(self.failures, len(RETRY_DELAYS)) - 1])
+            return False
+        return True
 
     async def _send(self, batch: list[_Command]) -> None:
         pipe = self._client.pipeline(transaction=False)
@@ -128,3 +143,4 @@ class CommandPipe:
         for command, reply in zip(batch, replies):
             if command.done is not None:
                 command.done(reply)
+        self._on_sent()

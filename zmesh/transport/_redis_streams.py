@@ -74,6 +74,10 @@ class StreamAdder:
     def is_confirmed(self) -> bool:
         return not self._unconfirmed
 
+    @property
+    def unconfirmed(self) -> int:
+        return self._unconfirmed
+
     async def confirmed(self, wait: float) -> None:
         """Until the server has every message added (``wait`` seconds at most; then what
         it has not is dropped and counted)."""

@@ -101,6 +101,10 @@ class MessageHost(Protocol):
         """:meth:`MessageTransport.is_flushed` or :meth:`MessageTransport.is_confirmed` has become true."""
         ...
 
+    def on_room(self) -> None:
+        """:meth:`MessageTransport.has_room` has become true again: senders waiting for it go on."""
+        ...
+
 
 class MessageTransport(ABC):
     """A transport that routes whole messages (``capabilities.level == "message"``)."""
@@ -177,6 +181,14 @@ class MessageTransport(ABC):
         """Has the broker accepted every QoS 1/2 message sent so far (kept
         it until it is delivered)? (``node.wait_acked()`` waits for it; say
         so with ``host.on_flushed()``.) Default: yes, at once."""
+        return True
+
+    def has_room(self) -> bool:
+        """Can it take one more message now? A transport that keeps what it has
+        not yet handed to its broker says no while that is over its bound: the
+        node's senders then wait (``Backpressure`` at a send's timeout), as for
+        a receiver's credit on ZeroMQ, rather than have the message dropped;
+        say when there is room again with ``host.on_room()``. Default: yes."""
         return True
 
     def is_held(self, data: Any) -> bool:

@@ -126,6 +126,7 @@ class MqttTransport(MessageTransport):
         self._lingering: dict[str, asyncio.TimerHandle] = {}
         self._early: dict[str, list[tuple[str, PlainMessage, int, str, tuple[int, ...]]]] = {}
         self._adopt_until = 0.0
+        self._wants_room = False
 
     def make_wire(self, max_payload: int, encoder: Any, decoder: Any) -> MessageWire:
         return PlainWire(max_payload, encoder, decoder, REPLY_PREFIX, lambda: self.max_message)
@@ -258,6 +259,18 @@ class MqttTransport(MessageTransport):
     def flushed(self) -> None:
         if self._host is not None:
             self._host.on_flushed()
+
+    def has_room(self) -> bool:
+        """Room while fewer than 3/4 of ``max_queued`` QoS 1/2 messages wait for the broker."""
+        room = self._link is None or self._link.unconfirmed < self.max_queued * 3 // 4
+        self._wants_room = self._wants_room or not room
+        return room
+
+    def confirmed_one(self) -> None:
+        if self._wants_room and self._link is not None and self._link.unconfirmed <= self.max_queued // 2:
+            self._wants_room = False
+            if self._host is not None:
+                self._host.on_room()
 
     def count(self, reason: str) -> None:
         self._count(reason)

@@ -112,6 +112,7 @@ class NatsTransport(MessageTransport):
         self._counters: dict[str, int] = {}
         self._lingering: dict[str, asyncio.TimerHandle] = {}
         self._closing = False
+        self._wants_room = False
         self._jsm: Any = None
         self._names = Subjects("", "")
         self._all_confirmed = asyncio.Event()
@@ -384,6 +385,16 @@ class NatsTransport(MessageTransport):
 
     async def _on_confirmation(self, msg: Any) -> None:
         self._pubacks.on_reply(msg.subject, msg.headers, msg.data)
+        if self._wants_room and len(self._pubacks) <= self._pubacks.max_count // 2:
+            self._wants_room = False
+            if self._host is not None:
+                self._host.on_room()
+
+    def has_room(self) -> bool:
+        """Room while fewer than 3/4 of ``max_unconfirmed`` wait for the server's confirmation."""
+        room = len(self._pubacks) < self._pubacks.max_count * 3 // 4
+        self._wants_room = self._wants_room or not room
+        return room
 
     def _on_pub(self, pattern: str) -> Callable[[Any], Coroutine[Any, Any, None]]:
         async def on_pub(msg: Any) -> None:

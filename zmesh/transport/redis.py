@@ -111,6 +111,7 @@ class RedisTransport(MessageTransport):
         self._tasks: list[asyncio.Task[None]] = []
         self._adder: StreamAdder | None = None
         self._started = False
+        self._wants_room = False
         self._closing = False
         self._counters: dict[str, int] = {}
 
@@ -129,7 +130,7 @@ class RedisTransport(MessageTransport):
         self._keys = keys = Keys.of(mesh)
         commands, reads = await connect(self.url, self._options, self.connect_wait, f"zmesh-{node_id}")
         self._clients = [commands, reads]
-        self._pipe = pipe = CommandPipe(loop, commands, self._drop, self._flushed, self.max_queued)
+        self._pipe = pipe = CommandPipe(loop, commands, self._drop, self._flushed, self.max_queued, self._sent)
         self._records = RedisRecords(keys, node_id, self.expiry, self._drop)
         self._adder = StreamAdder(pipe, keys, self.max_unconfirmed, self.max_age, self._drop, self._flushed)
         self._link = PubSubLink(commands, loop, self._on_pubsub, self._reconnected, self._flushed, self._drop,
@@ -243,6 +244,24 @@ class RedisTransport(MessageTransport):
         glob = self._keys.pub_glob(pattern)
         if not any(self._keys.pub_glob(p) == glob for p in self._patterns):
             self._link.unsubscribe(glob, pattern=True)
+
+    def has_room(self) -> bool:
+        """Room while fewer than 3/4 of ``max_queued`` commands wait to be sent and of
+        ``max_unconfirmed`` QoS 1/2 messages for the server."""
+        pipe, adder = self._pipe, self._adder
+        room = pipe is None or adder is None or (
+            len(pipe) < self.max_queued * 3 // 4 and adder.unconfirmed < self.max_unconfirmed * 3 // 4)
+        self._wants_room = self._wants_room or not room
+        return room
+
+    def _sent(self) -> None:
+        """A pipeline went out: senders waiting for room go on once half of it is free."""
+        pipe, adder = self._pipe, self._adder
+        if self._wants_room and pipe is not None and adder is not None and len(pipe) <= self.max_queued // 2 \
+                and adder.unconfirmed <= self.max_unconfirmed // 2:
+            self._wants_room = False
+            if self._host is not None:
+                self._host.on_room()
 
     def is_flushed(self) -> bool:
         return (self._pipe is None or self._pipe.is_idle()) and (self._link is None or self._link.is_flushed())
