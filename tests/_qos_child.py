@@ -1,5 +1,5 @@
 """A node on a broker hosting agent ``rx``, for tests that kill it mid-stream:
-``python _qos_child.py URL MESH ACK_WAIT BLOCK_AT`` (URL: nats:// or redis://).
+``python _qos_child.py URL MESH ACK_WAIT BLOCK_AT`` (URL: nats://, redis:// or file://).
 Its handler of ``job`` prints each message's ``n`` once it is done with it,
 and never ends for ``n == BLOCK_AT`` (one at a time: what comes after it
 waits, unacknowledged)."""
@@ -12,6 +12,10 @@ from zmesh.transport import MessageTransport
 
 
 def transport(url: str, ack_wait: float) -> MessageTransport:
+    if url.startswith("file://"):
+        from zmesh.transport.file import FileTransport
+
+        return FileTransport(url, expiry=30.0)
     if url.startswith("redis://"):
         from zmesh.transport.redis import RedisTransport
 

@@ -18,7 +18,7 @@ import pytest
 
 from . import helpers
 
-__all__ = ["nats_url", "start_nats", "mqtt_url", "start_mosquitto", "redis_url", "start_redis", "queued",
+__all__ = ["file_url", "nats_url", "start_nats", "mqtt_url", "start_mosquitto", "redis_url", "start_redis", "queued",
            "until_queued"]
 
 
@@ -208,6 +208,17 @@ def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def file_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A directory for the session's file buses; ``Mesh("file")`` makes one per mesh in it."""
+    url = tmp_path_factory.mktemp("file-bus").as_uri()
+    helpers.BROKERS["file"] = url
+    try:
+        yield url
+    finally:
+        helpers.BROKERS.pop("file", None)
+
+
 def start_redis(directory: Path) -> RedisServer:
     pytest.importorskip("redis", reason="redis-py is not installed: pip install 'zmesh-agents[redis]'")
     return RedisServer(directory)
@@ -227,6 +238,12 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 async def queued(kind: str, url: str, mesh: str) -> int:
     """How many messages the broker holds for the mesh (not yet acknowledged)."""
+    if kind == "file":
+        from urllib.parse import unquote, urlsplit
+
+        base = Path(unquote(urlsplit(url).path))
+        bus = base if base.name == mesh else base / mesh
+        return len([f for f in bus.glob("agents/*/inbox/*.envelope") if not f.parts[-3].startswith("zmesh.node.")])
     if kind == "redis":
         import redis.asyncio
 

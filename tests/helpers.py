@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import subprocess
 import time
 from typing import Any, Callable
 
@@ -51,6 +52,8 @@ class Mesh:
         transport: Any = self.transport
         if self.transport == "memory":
             transport = MemoryTransport(self.broker)
+        elif self.transport == "file":
+            transport = f"{BROKERS['file']}/{self.name}"  # a bus directory per mesh, in the session's
         elif self.transport in BROKERS:
             transport = BROKERS[self.transport]  # the URL of the server tests/brokers.py started
         transport = options.pop("transport", transport)  # a test's own transport object (its options)
@@ -89,3 +92,15 @@ class Mesh:
     async def __aexit__(self, *exc: object) -> None:
         for node in reversed(self.nodes):
             await node.close()
+
+
+def rest_of_output(child: "subprocess.Popen[str]", timeout: float = 10.0) -> str:
+    """What ``child`` (killed, or told to stop) printed after the lines already read
+    with readline(). Not ``communicate(timeout=...)``: that reads the pipe itself,
+    and loses what readline() had already taken into the file's buffer."""
+    child.wait(timeout)
+    if child.stdout is None or child.stdout.closed:
+        return ""  # read before
+    out = child.stdout.read()
+    child.stdout.close()
+    return out

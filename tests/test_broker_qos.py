@@ -21,15 +21,21 @@ import zmesh
 from zmesh.transport import MessageTransport
 
 from .brokers import queued, start_nats, start_redis, until_queued
-from .helpers import Mesh, wait_for
+from .helpers import Mesh, rest_of_output, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
 HERE = Path(__file__).resolve().parent
 HOLDING = ["nats", "redis"]
+#: The transports whose one-way QoS 1/2 messages wait for their handler (the file bus has no server to restart).
+KEEPING = [*HOLDING, "file"]
 
 
 def transport_of(kind: str, url: str, **options: Any) -> MessageTransport:
+    if kind == "file":
+        from zmesh.transport.file import FileTransport
+
+        return FileTransport(url, **options)
     if kind == "redis":
         from zmesh.transport.redis import RedisTransport
 
@@ -43,11 +49,17 @@ def server_of(kind: str) -> Callable[[Path], Any]:
     return start_redis if kind == "redis" else start_nats
 
 
-@pytest.fixture(params=HOLDING)
+@pytest.fixture(params=KEEPING)
 def broker(request: pytest.FixtureRequest) -> tuple[str, str]:
-    """(kind, URL) of the session's server of each holding broker."""
+    """(kind, URL) of the session's server of each broker that keeps messages (the file
+    bus: the session's directory of buses, one per mesh in it)."""
     kind = str(request.param)
     return kind, str(request.getfixturevalue(f"{kind}_url"))
+
+
+def url_of(kind: str, url: str, mesh: str) -> str:
+    """Where mesh ``mesh``'s nodes meet (on the file bus: its own directory)."""
+    return f"{url}/{mesh}" if kind == "file" else url
 
 
 async def test_a_qos_1_message_waits_at_the_server_until_its_handler_ran(broker: tuple[str, str]) -> None:
@@ -133,8 +145,7 @@ def _child(url: str, mesh: str, block_at: int) -> subprocess.Popen[str]:
 
 
 def _handled(child: subprocess.Popen[str]) -> list[int]:
-    out, _ = child.communicate(timeout=10)
-    return [int(line) for line in out.split()]
+    return [int(line) for line in rest_of_output(child).split()]
 
 
 async def read_lines(child: subprocess.Popen[str], count: int) -> list[int]:
@@ -153,6 +164,7 @@ async def read_lines(child: subprocess.Popen[str], count: int) -> list[int]:
 async def test_a_killed_receivers_unacknowledged_messages_go_to_its_replacement(broker: tuple[str, str]) -> None:
     kind, url = broker
     async with Mesh(kind) as m:
+        url = url_of(kind, url, m.name)
         node = await m.node(transport=transport_of(kind, url, expiry=30.0))
         tx = node.agent("tx")
         loop = asyncio.get_running_loop()

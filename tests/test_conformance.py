@@ -31,10 +31,10 @@ from .helpers import Mesh, wait_for
 pytestmark = pytest.mark.timeout(30)
 
 
-@pytest.fixture(params=["inproc", "zmq", "zmq-thread", "memory", "nats", "mqtt", "redis"])
+@pytest.fixture(params=["inproc", "zmq", "zmq-thread", "memory", "nats", "mqtt", "redis", "file"])
 def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Run the test once per transport (and ZeroMQ once per way of waiting for input)."""
-    if request.param in ("nats", "mqtt", "redis"):
+    if request.param in ("nats", "mqtt", "redis", "file"):
         request.getfixturevalue(f"{request.param}_url")  # its server for the session (skips without one)
     if request.param != "zmq-thread":
         monkeypatch.delenv(POLLER_ENV_VAR, raising=False)

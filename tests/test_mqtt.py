@@ -21,7 +21,7 @@ import zmesh
 from zmesh.transport.mqtt import MqttTransport
 
 from .brokers import Mosquitto, start_mosquitto
-from .helpers import Mesh, wait_for
+from .helpers import Mesh, rest_of_output, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -183,8 +183,7 @@ def _stop(child: subprocess.Popen[str] | None) -> list[int]:
         return []
     if child.poll() is None:
         child.kill()
-    out, _ = child.communicate(timeout=10)
-    return [int(line) for line in out.split()]
+    return [int(line) for line in rest_of_output(child).split()]
 
 
 @pytest.mark.multiprocess

@@ -22,7 +22,7 @@ import zmesh
 from zmesh.transport.redis import RedisTransport
 
 from .brokers import start_redis, until_queued
-from .helpers import Mesh, wait_for
+from .helpers import Mesh, rest_of_output, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -184,8 +184,7 @@ def _child(url: str, mesh: str, block_at: int) -> subprocess.Popen[str]:
 
 
 def _handled(child: subprocess.Popen[str]) -> list[int]:
-    out, _ = child.communicate(timeout=10)
-    return [int(line) for line in out.split()]
+    return [int(line) for line in rest_of_output(child).split()]
 
 
 @pytest.mark.multiprocess

@@ -186,6 +186,8 @@ class MessageMesh(Generic[S]):
         if node_id is None and target.startswith("zmesh.node."):
             named = target[len("zmesh.node."):]
             return named if named == self.node_id or named in self.registry else None
+        if node_id is None and self.transport.reaches(target):
+            return target  # an address the broker delivers to by itself (a plain client's, a seed agent's)
         return node_id
 
     def admit(self, target: str) -> str | None:

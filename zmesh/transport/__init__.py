@@ -56,12 +56,16 @@ def transport_class(spec: str | Transport | MessageTransport) -> type[Transport]
         from .mqtt import MqttTransport
 
         return MqttTransport
+    if isinstance(spec, str) and spec.startswith("file://"):
+        from .file import FileTransport
+
+        return FileTransport
     if isinstance(spec, str) and spec.startswith(("redis://", "rediss://")):
         from .redis import RedisTransport
 
         return RedisTransport
     raise ValueError(
-        f"unknown transport {spec!r}: use 'zmq', 'inproc', a nats://, mqtt:// or redis:// URL, or a Transport instance")
+        f"unknown transport {spec!r}: use 'zmq', 'inproc', a file://, nats://, mqtt:// or redis:// URL, or a Transport instance")
 
 
 def make_transport(
