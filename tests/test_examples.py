@@ -29,6 +29,15 @@ EXPECTED = {
         "inbox 0/16384, dropped 0, dead letters 0",
         "event: agent_joined helper on node-b",
     ],
+    "migrate_file_bus.py": [
+        "the file bus has the seed's folders: True",
+        "quote for 12: 119.88 (from the file bus)",
+        "shadow mismatch on price.quote: the mesh answered differently",
+        "shadowed 3: 2 match, 1 mismatch",
+        "after the fix: 1 mismatch in total, 5 match",
+        "price.quote now served by the mesh: 19.98",
+        "flag: new; gone down each track: legacy 0, shadow 6, new 1",
+    ],
     "tracing.py": [
         "SERVER   process draft.write  checker",
         "CLIENT   delegate draft.write writer",
