@@ -34,6 +34,7 @@ REGISTRY: dict[str, str] = {
     "zmesh-mqtt-qos1": "bench.systems.zmesh_brokers:ZmeshMqttQos1",
     "zmesh-redis": "bench.systems.zmesh_brokers:ZmeshRedis",
     "zmesh-redis-qos1": "bench.systems.zmesh_brokers:ZmeshRedisQos1",
+    "zmesh-file": "bench.systems.zmesh_brokers:ZmeshFile",
 }
 
 #: Systems run when ``--systems`` is not given (the others run only by name).

@@ -8,6 +8,7 @@ the zmesh API costs over each transport beside that broker's raw client.
 * ``zmesh-mqtt``, ``zmesh-mqtt-qos1``: mosquitto; compare with ``mqtt`` and ``mqtt-qos1``.
 * ``zmesh-redis``, ``zmesh-redis-qos1``: redis-server (QoS 1 through a stream per agent);
   compare with ``redis``.
+* ``zmesh-file``: the file bus in a temporary directory (no server; inotify).
 
 A QoS 1 one-way run ends when ``node.wait_acked()`` returns (the broker has confirmed
 every message) or at the sink's n-th envelope, whichever is later, as for ``zmesh-qos1``.
@@ -15,6 +16,8 @@ every message) or at the sink's n-th envelope, whichever is later, as for ``zmes
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,7 +29,8 @@ from .mqtt import Mqtt
 from .nats import Nats
 from .redis_pubsub import RedisPubSub
 
-__all__ = ["ZmeshMqtt", "ZmeshMqttQos1", "ZmeshNats", "ZmeshNatsQos1", "ZmeshRedis", "ZmeshRedisQos1", "peer"]
+__all__ = ["ZmeshFile", "ZmeshMqtt", "ZmeshMqttQos1", "ZmeshNats", "ZmeshNatsQos1", "ZmeshRedis", "ZmeshRedisQos1",
+           "peer"]
 
 peer = zmesh_mesh.peer  # the zmesh roles, with args["transport"] set
 
@@ -116,3 +120,27 @@ class ZmeshRedisQos1(ZmeshRedis):
                             "(XADD, XREADGROUP, XACK), ends at node.wait_acked()")
     supports: ClassVar[frozenset[str]] = frozenset({"throughput", "rtt"})
     qos: ClassVar[int] = 1
+
+
+class ZmeshFile(zmesh_mesh.ZmeshMesh):
+    key: ClassVar[str] = "zmesh-file"
+    label: ClassVar[str] = "zmesh file bus"
+    notes: ClassVar[str] = ("zmesh nodes with transport=file:///tmp/...: the seed's FileBroker folders, "
+                            "a file per message, inotify")
+    supports: ClassVar[frozenset[str]] = frozenset({"throughput", "rtt", "fanout"})
+    _dir: str | None = None
+
+    def setup(self) -> None:
+        super().setup()
+        self._dir = tempfile.mkdtemp(prefix="zmesh-bench-bus-")
+
+    def teardown(self) -> None:
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+        super().teardown()
+
+    def peer_args(self, workload: str) -> dict[str, Any]:
+        args = super().peer_args(workload)
+        assert self._dir is not None, "setup() first"
+        return {**args, "transport": Path(self._dir, args["mesh"]).as_uri()}
