@@ -96,7 +96,7 @@ class Mosquitto(_ServerProcess):
             store = directory / "store"
             store.mkdir(exist_ok=True)
             config.write_text(
-                f"listener {chosen} 127.0.0.1\nallow_anonymous true\nmax_queued_messages 100000\n"
+                f"listener {chosen} 127.0.0.1\nallow_anonymous true\nmax_queued_messages 100000\nset_tcp_nodelay true\n"
                 # as root it would run as user mosquitto, which may not write here
                 + ("user root\n" if os.geteuid() == 0 else "")
                 + (f"persistence true\npersistence_location {store}/\n" if persistent else "persistence false\n")

@@ -417,3 +417,13 @@ async def test_messages_between_nodes_are_packed_unless_plain_direct(mqtt_url: s
                 assert json.loads(seen.payload) == {"n": 1} and dict(seen.properties.UserProperty)["Zmesh-Sender"] == "tx"
         finally:
             client.close()
+
+
+async def test_the_nodes_connection_sends_without_delay(mqtt_url: str) -> None:
+    """TCP_NODELAY: without it (and the broker's set_tcp_nodelay) each QoS 1 request
+    waited out Nagle and a delayed ACK, ~44 ms (docs/transports.md)."""
+    import socket
+
+    async with zmesh.Node("m", transport=MqttTransport(mqtt_url)) as node:
+        sock = node.transport._link._client.socket()  # type: ignore[attr-defined]
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
