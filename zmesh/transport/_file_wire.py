@@ -17,26 +17,13 @@ import msgpack
 from .._wire import codec
 from ..errors import FrameError, InvalidMessage
 from ..message import Message
-from .wires import MSGPACK
+from .wires import MSGPACK, json_exact
 
 __all__ = ["Arrival", "ArrivalWire", "EnvelopeWire", "MAX_FILE", "msg_id_of"]
 
 _unpackb: Callable[..., Any] = msgpack.unpackb
 #: The largest envelope file read (a bigger one is dropped and counted).
 MAX_FILE = 64 << 20
-
-
-def _json_exact(value: Any) -> bool:
-    cls = value.__class__
-    if cls is str or cls is int or cls is bool or value is None:
-        return True
-    if cls is float:
-        return value == value and value not in (float("inf"), float("-inf"))
-    if cls is list:
-        return all(_json_exact(v) for v in value)
-    if cls is dict:
-        return all(k.__class__ is str and _json_exact(v) for k, v in value.items())
-    return False
 
 
 class EnvelopeWire:
@@ -53,11 +40,11 @@ class EnvelopeWire:
             raise codec.too_big(msg, len(item), limit, " of its node", self._pack)
         envelope = msg.to_envelope()
         payload = msg.payload
-        if not _json_exact(payload) or self._pack.encoder is not None:
+        if not json_exact(payload) or self._pack.encoder is not None:
             packed = self._pack.pack(payload)
             self._pack.tuples = False
             value = _unpackb(packed, raw=False, strict_map_key=False, use_list=True, timestamp=3)
-            if _json_exact(value):
+            if json_exact(value):
                 envelope["payload"] = value
             else:
                 envelope["payload"] = base64.b64encode(packed).decode()

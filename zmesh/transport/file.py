@@ -33,6 +33,7 @@ from .._wire.names import NODE_ADDRESS_PREFIX, node_address
 from ..errors import TransportError
 from ..message import Message, iso_timestamp, new_id
 from .base import TransportCapabilities
+from ._counted import Counted
 from .message import MessageHost, MessageTransport, MessageWire
 from ._file_layout import ENVELOPE, BusLayout, write_atomically
 from ._file_records import FileRecords
@@ -51,7 +52,7 @@ GIVE_BACK_DELAY = 0.2
 WRITE_WINDOW = 2.0
 
 
-class FileTransport(MessageTransport):
+class FileTransport(Counted, MessageTransport):
     """A node on the file bus in directory ``url`` (``file:///path``, or a
     path). ``heartbeat``: seconds between touches of this node's record;
     ``expiry``: seconds after which an untouched record is a node that died;
@@ -428,18 +429,6 @@ class FileTransport(MessageTransport):
         with contextlib.suppress(OSError):
             os.unlink(claimed)
 
-    # -- counts ----------------------------------------------------------------
-
-    def _count(self, reason: str) -> None:
-        self._counters[reason] = self._counters.get(reason, 0) + 1
-
-    def _drop(self, reason: str, where: str) -> None:
-        self._count(reason)
-        if self._host is not None:
-            self._host.on_transport_drop(reason, where)
-
-    def stats(self) -> dict[str, int]:
-        return dict(self._counters)
 
 
 def _still_written(path: str) -> bool:

@@ -38,6 +38,7 @@ from .._wire.names import NODE_ADDRESS_PREFIX
 from ..errors import TransportError
 from ..topics import matches
 from .base import TransportCapabilities
+from ._counted import Counted
 from .message import MessageHost, MessageTransport, MessageWire
 from ._nats_client import connect, import_nats, refused_at_start
 from ._nats_names import Subjects, consumer_name
@@ -56,7 +57,7 @@ REPLY_PREFIX = "nats:"
 LINGER = 2.0
 
 
-class NatsTransport(MessageTransport):
+class NatsTransport(Counted, MessageTransport):
     """A node's connection to a NATS server (``url``: ``nats://host:port``,
     credentials as nats-py takes them, in the URL or in ``options``, which go
     to ``nats.connect`` as they are). ``heartbeat``: seconds between renewals
@@ -426,16 +427,3 @@ class NatsTransport(MessageTransport):
             self._pubacks.tick()
             if self._records is not None:
                 self._records.beat(self._host)
-
-    # -- counts ----------------------------------------------------------------
-
-    def _count(self, reason: str) -> None:
-        self._counters[reason] = self._counters.get(reason, 0) + 1
-
-    def _drop(self, reason: str, where: str) -> None:
-        self._count(reason)
-        if self._host is not None:
-            self._host.on_transport_drop(reason, where)
-
-    def stats(self) -> dict[str, int]:
-        return dict(self._counters)

@@ -33,6 +33,7 @@ from .._wire.names import NODE_ADDRESS_PREFIX
 from ..errors import FrameError, TransportError
 from ..topics import matches
 from .base import TransportCapabilities
+from ._counted import Counted
 from .message import MessageHost, MessageTransport, MessageWire
 from ._redis_client import PubSubLink, connect, import_redis, shown
 from ._redis_names import Keys
@@ -50,7 +51,7 @@ LINGER = 2.0
 GIVE_BACK_DELAY = 0.2
 
 
-class RedisTransport(MessageTransport):
+class RedisTransport(Counted, MessageTransport):
     """A node's connection to a Redis server. ``url``: as redis-py takes it
     (``redis://[[user]:password@]host:port[/db]``, ``rediss://`` for TLS,
     ``unix://``), ``options`` go to ``redis.asyncio.Redis.from_url`` as they
@@ -399,16 +400,3 @@ class RedisTransport(MessageTransport):
             records.sweep(host)
             if self._streams is not None:
                 self._streams.beat()
-
-    # -- counts ----------------------------------------------------------------
-
-    def _count(self, reason: str) -> None:
-        self._counters[reason] = self._counters.get(reason, 0) + 1
-
-    def _drop(self, reason: str, where: str) -> None:
-        self._count(reason)
-        if self._host is not None:
-            self._host.on_transport_drop(reason, where)
-
-    def stats(self) -> dict[str, int]:
-        return dict(self._counters)

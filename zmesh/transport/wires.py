@@ -27,7 +27,8 @@ from .._wire.frames import decode_item
 from ..errors import FrameError, InvalidMessage
 from ..message import MESSAGE_TYPES, STATUSES, Message, check_options, iso_timestamp, new_id, parse_timestamp
 
-__all__ = ["ItemWire", "PlainMessage", "PlainWire", "HEADERS", "JSON", "MSGPACK", "OCTETS", "not_received"]
+__all__ = ["ItemWire", "PlainMessage", "PlainWire", "HEADERS", "JSON", "MSGPACK", "OCTETS", "json_exact",
+           "not_received"]
 
 JSON: Final = "application/json"
 MSGPACK: Final = "application/msgpack"
@@ -99,7 +100,7 @@ def not_received(reply_to: str, correlation_id: str, target: str, why: str) -> P
     return PlainMessage(headers, json.dumps(why).encode(), reply_to, "")
 
 
-def _json_exact(value: Any) -> bool:
+def json_exact(value: Any) -> bool:
     """Does JSON carry ``value`` (as msgpack decoded it) and give it back the same?"""
     cls = value.__class__
     if cls is str or cls is int or cls is bool or value is None:
@@ -107,9 +108,9 @@ def _json_exact(value: Any) -> bool:
     if cls is float:
         return value == value and value not in (float("inf"), float("-inf"))
     if cls is list:
-        return all(_json_exact(v) for v in value)
+        return all(json_exact(v) for v in value)
     if cls is dict:
-        return all(k.__class__ is str and _json_exact(v) for k, v in value.items())
+        return all(k.__class__ is str and json_exact(v) for k, v in value.items())
     return False  # bytes, a Timestamp, ...
 
 
@@ -139,7 +140,7 @@ class PlainWire:
             packed = self._pack.pack(payload)
             self._pack.tuples = False
             value = _unpackb(packed, raw=False, strict_map_key=False, use_list=True, timestamp=3)
-            if _json_exact(value):
+            if json_exact(value):
                 body, content_type = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(), JSON
             else:
                 body, content_type = packed, MSGPACK
