@@ -67,8 +67,11 @@ class PlainClient:
         self.client.publish(topic, body, qos=qos, properties=props if properties else None).wait_for_publish(5)
 
     def close(self) -> None:
+        from zmesh.transport._mqtt_client import close_sockets
+
         self.client.disconnect()
         self.client.loop_stop()
+        close_sockets(self.client)
 
 
 async def test_a_plain_mqtt_client_requests_sends_and_hears_broadcasts(mqtt_url: str) -> None:
@@ -427,3 +430,11 @@ async def test_the_nodes_connection_sends_without_delay(mqtt_url: str) -> None:
     async with zmesh.Node("m", transport=MqttTransport(mqtt_url)) as node:
         sock = node.transport._link._client.socket()  # type: ignore[attr-defined]
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+async def test_a_closed_node_leaves_no_paho_socket_open(mqtt_url: str) -> None:
+    """paho's loop_start() makes a socket pair that its loop_stop() leaves open."""
+    async with zmesh.Node("m", transport=MqttTransport(mqtt_url)) as node:
+        client = node.transport._link._client  # type: ignore[attr-defined]
+        assert client._sockpairR is not None
+    assert client._sockpairR is None and client._sockpairW is None

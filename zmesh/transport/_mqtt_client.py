@@ -23,7 +23,7 @@ import msgpack
 from ..errors import TransportError
 from .wires import PlainMessage
 
-__all__ = ["MqttLink", "LinkOwner", "import_paho", "UNROUTED_PATIENCE", "NATIVE"]
+__all__ = ["MqttLink", "LinkOwner", "close_sockets", "import_paho", "UNROUTED_PATIENCE", "NATIVE"]
 
 _packb: Callable[..., bytes] = msgpack.packb
 _unpackb: Callable[..., Any] = msgpack.unpackb
@@ -236,6 +236,7 @@ class MqttLink:
             return
         client.disconnect()  # a clean goodbye: no last will
         await self._loop.run_in_executor(None, client.loop_stop)
+        close_sockets(client)
 
     # -- out -------------------------------------------------------------------
 
@@ -397,3 +398,14 @@ class MqttLink:
                 await asyncio.wait_for(self._confirmed.wait(), wait)
             except asyncio.TimeoutError:
                 pass
+
+
+def close_sockets(client: Any) -> None:
+    """Close what paho leaves open after ``loop_stop()``: the socket pair that
+    ``loop_start()`` made to wake its thread (paho 2 closes it only in
+    ``reinitialise``; left to the garbage collector, two sockets per client
+    stay open until then, and warn)."""
+    reset = getattr(client, "_reset_sockets", None)
+    if reset is not None:
+        with contextlib.suppress(Exception):
+            reset()
