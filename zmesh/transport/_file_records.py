@@ -32,22 +32,29 @@ class FileRecords:
         self._drop = drop
         self._before_news = before_news
         self._heard: dict[str, tuple[int, bytes]] = {}  # node -> (its record's mtime_ns, the record)
+        self.record: bytes | None = None  # this node's, while it is to be touched
 
     def put(self, data: bytes) -> None:
+        self.record = data
         path = self._layout.node_record(self._node_id)
         try:
             write_atomically(path, data)
         except OSError as exc:
             self._drop("record_failed", f"{path.name}: {exc}")
 
-    def touch(self, data: bytes) -> None:
+    def touch(self) -> None:
         """Once a heartbeat: this node is alive (its record put again if it was taken away)."""
+        if self.record is None:
+            return
         try:
             os.utime(self._layout.node_record(self._node_id))
         except OSError:
-            self.put(data)
+            self.put(self.record)
 
     def withdraw(self) -> None:
+        if self.record is None:
+            return
+        self.record = None
         try:
             self._layout.node_record(self._node_id).unlink()
         except OSError:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from typing import Any, Callable, NamedTuple
 
 import msgpack
@@ -19,22 +18,39 @@ from ..errors import FrameError, InvalidMessage
 from ..message import Message
 from .wires import MSGPACK, json_exact
 
-__all__ = ["Arrival", "ArrivalWire", "EnvelopeWire", "MAX_FILE", "msg_id_of"]
+__all__ = ["Arrival", "EnvelopeWire", "MAX_FILE"]
 
 _unpackb: Callable[..., Any] = msgpack.unpackb
 #: The largest envelope file read (a bigger one is dropped and counted).
 MAX_FILE = 64 << 20
 
 
+class Arrival(NamedTuple):
+    """An envelope file's bytes, and ``envelope``, what they hold (parsed once: by the
+    wire that wrote them, or by the transport that read them); where the file
+    is while it is held; the address whose inbox it was in (the target of an
+    envelope that names none)."""
+
+    data: bytes
+    envelope: dict[str, Any] | None = None
+    path: str = ""
+    address: str = ""
+
+    @property
+    def msg_id(self) -> str:
+        header = (self.envelope or {}).get("header")
+        return str(header.get("msg_id") or "") if isinstance(header, dict) else ""
+
+
 class EnvelopeWire:
-    """Messages as envelope files' bytes."""
+    """Messages as envelope files (:class:`Arrival`)."""
 
     def __init__(self, max_payload: int, encoder: codec.Encoder | None, decoder: codec.Decoder | None) -> None:
         self.max_payload = max_payload
         self.decoder = decoder
         self._pack = codec.ItemPacker(encoder)
 
-    def encode(self, msg: Message, limit: int) -> bytes:
+    def encode(self, msg: Message, limit: int) -> Arrival:
         item = codec.encode_message(msg, self.max_payload, self._pack)  # every check zmesh makes, and the size
         if len(item) > limit:
             raise codec.too_big(msg, len(item), limit, " of its node", self._pack)
@@ -50,15 +66,17 @@ class EnvelopeWire:
                 envelope["payload"] = base64.b64encode(packed).decode()
                 envelope["header"]["content_type"] = MSGPACK
         try:
-            return json.dumps(envelope, ensure_ascii=False, indent=1).encode()
+            return Arrival(json.dumps(envelope, ensure_ascii=False, indent=1).encode(), envelope)
         except (TypeError, ValueError) as exc:
             raise InvalidMessage(f"the message cannot be written as a JSON envelope: {exc}") from None
 
-    def decode(self, data: bytes) -> Message:
-        try:
-            envelope = json.loads(data)
-        except (ValueError, UnicodeDecodeError):
-            raise FrameError("malformed", "not a JSON envelope") from None
+    def decode(self, data: Arrival) -> Message:
+        envelope = data.envelope
+        if envelope is None:
+            try:
+                envelope = json.loads(data.data)
+            except (ValueError, UnicodeDecodeError):
+                raise FrameError("malformed", "not a JSON envelope") from None
         if envelope.__class__ is not dict or envelope.get("header").__class__ is not dict:
             raise FrameError("malformed", "an envelope is {\"header\": {...}, \"payload\": ...}")
         header = envelope["header"]
@@ -77,45 +95,10 @@ class EnvelopeWire:
                 raise FrameError("malformed", f"a packed payload: {type(exc).__name__}") from None
         if self.decoder is not None:
             msg.payload = codec.decode_payload(msg.payload, self.decoder)
-        return msg
-
-    @staticmethod
-    def size(data: bytes) -> int:
-        return len(data)
-
-
-class Arrival(NamedTuple):
-    """An envelope file as it arrived: its bytes, where it is while it is held,
-    and the address whose inbox it was in (the target of an envelope that names none)."""
-
-    data: bytes
-    path: str = ""
-    address: str = ""
-
-
-def msg_id_of(data: bytes) -> str:
-    """The envelope's id (for its file's name), from the bytes the wire made."""
-    start = data.find(b'"msg_id": "')
-    if start < 0:
-        return os.urandom(8).hex()
-    start += 11
-    return data[start:data.index(b'"', start)].decode()
-
-
-class ArrivalWire:
-    """The envelope wire, over ``Arrival``s."""
-
-    def __init__(self, wire: EnvelopeWire) -> None:
-        self._wire = wire
-
-    def encode(self, msg: Any, limit: int) -> Arrival:
-        return Arrival(self._wire.encode(msg, limit))
-
-    def decode(self, data: Arrival) -> Any:
-        msg = self._wire.decode(data.data)
         if not msg.target and data.address:
             msg.target = data.address  # a hand-written envelope: its inbox says whose it is
         return msg
 
-    def size(self, data: Arrival) -> int:
+    @staticmethod
+    def size(data: Arrival) -> int:
         return len(data.data)

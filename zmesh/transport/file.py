@@ -33,13 +33,14 @@ from .._wire.names import NODE_ADDRESS_PREFIX, node_address
 from ..errors import TransportError
 from ..message import Message, iso_timestamp, new_id
 from .base import TransportCapabilities
+from ._checks import check_liveness, check_seconds
 from ._counted import Counted
 from .message import MessageHost, MessageTransport, MessageWire
 from ._file_layout import ENVELOPE, BusLayout, write_atomically
 from ._file_records import FileRecords
 from ._file_subscribers import Subscribers
 from ._file_watch import DirWatcher
-from ._file_wire import MAX_FILE, Arrival, ArrivalWire, EnvelopeWire, msg_id_of
+from ._file_wire import MAX_FILE, Arrival, EnvelopeWire
 
 __all__ = ["FileTransport"]
 
@@ -73,12 +74,8 @@ class FileTransport(Counted, MessageTransport):
             if parts.netloc not in ("", "localhost"):
                 raise TransportError(f"a file bus is on this host: file:///path, got {text!r}")
             text = unquote(parts.path)
-        for what, value in (("heartbeat", heartbeat), ("expiry", expiry), ("poll", poll),
-                            ("topic_poll", topic_poll)):
-            if value.__class__ not in (int, float) or not 0 < value < 3600:
-                raise ValueError(f"{what} must be a number of seconds above 0, got {value!r}")
-        if expiry <= heartbeat:
-            raise ValueError(f"expiry ({expiry} s) must be longer than heartbeat ({heartbeat} s)")
+        check_seconds(heartbeat=heartbeat, expiry=expiry, poll=poll, topic_poll=topic_poll)
+        check_liveness(heartbeat, expiry)
         self.root = Path(text).absolute()
         self.router_endpoint = self.root.as_uri()
         self.heartbeat, self.expiry = float(heartbeat), float(expiry)
@@ -93,15 +90,14 @@ class FileTransport(Counted, MessageTransport):
         self._held: set[str] = set()  # files delivered and not yet settled
         self._patterns: set[str] = set()
         self._subscribers = Subscribers(self.layout)
-        self._record: bytes | None = None
-        self._records = FileRecords(self.layout, "", self.expiry, self._drop, lambda: None)
+        self._records: FileRecords | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._timers: set[asyncio.TimerHandle] = set()
         self._closing = False
         self._counters: dict[str, int] = {}
 
     def make_wire(self, max_payload: int, encoder: Any, decoder: Any) -> MessageWire:
-        return ArrivalWire(EnvelopeWire(max_payload, encoder, decoder))
+        return EnvelopeWire(max_payload, encoder, decoder)
 
     def reaches(self, address: str) -> bool:
         """An agent of the seed's (no zmesh node's): its inbox or subscriptions folder is there."""
@@ -133,17 +129,14 @@ class FileTransport(Counted, MessageTransport):
             self._host.on_records_loaded()
 
     async def withdraw(self) -> None:
-        self._withdraw()
-
-    def _withdraw(self) -> None:
-        if self._record is not None:
-            self._record = None
+        if self._records is not None:
             self._records.withdraw()
 
     async def close(self) -> None:
         if self._host is None or self._closing:
             return
-        self._withdraw()
+        if self._records is not None:
+            self._records.withdraw()
         self._closing = True
         for timer in [*self._timers, *self._lingering.values()]:
             timer.cancel()
@@ -163,19 +156,18 @@ class FileTransport(Counted, MessageTransport):
     # -- membership ----------------------------------------------------------
 
     def put_record(self, data: bytes) -> None:
-        self._record = data
-        if not self._closing:
+        if self._records is not None and not self._closing:
             self._records.put(data)
 
     def _scan_records(self) -> None:
-        if self._host is not None:
+        if self._host is not None and self._records is not None:
             self._records.scan(self._host)
 
     async def _beat(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat)
-            if self._record is not None:
-                self._records.touch(self._record)
+            if self._records is not None:
+                self._records.touch()
             self._scan_records()
             self._subscribers.refresh()
 
@@ -279,28 +271,26 @@ class FileTransport(Counted, MessageTransport):
                 return
             with contextlib.suppress(OSError):
                 inbox.mkdir(exist_ok=True)  # a seed agent that has only subscribed: as its route() does
-        self._write(inbox / self.layout.envelope_name(msg_id_of(data.data)), data.data, "send_failed")
+        self._write(inbox / self.layout.envelope_name(data.msg_id or new_id()), data.data, "send_failed")
 
     def _unreachable(self, address: str, data: Arrival) -> None:
         """No inbox for ``address``: dropped and counted; a request's caller hears so at once."""
         self._drop("no_listener", address)
         host = self._host
-        try:
-            header = json.loads(data.data)["header"]
-        except (ValueError, KeyError, TypeError):
-            return
+        header = (data.envelope or {}).get("header") or {}
         if host is None or not header.get("correlation_id") or header.get("type") == "result":
             return
         why = f"no node listens for agent {address!r} any more (its inbox is gone)"
         reply = Message("result", address, header.get("reply_to") or header.get("sender", ""), header.get("topic", ""),
                         why, header["correlation_id"], status="not_found", id=new_id(), timestamp=time.time())
-        host.on_message(Arrival(json.dumps(reply.to_envelope()).encode()))
+        envelope = reply.to_envelope()
+        host.on_message(Arrival(json.dumps(envelope).encode(), envelope))
 
     def publish(self, topic: str, data: Arrival) -> None:
         if self._closing:
             self._count("closed")
             return
-        name = self.layout.envelope_name(msg_id_of(data.data))
+        name = self.layout.envelope_name(data.msg_id or new_id())
         for address in self._subscribers.of(topic):
             inbox = self.layout.inbox(address)
             with contextlib.suppress(OSError):
@@ -337,23 +327,26 @@ class FileTransport(Counted, MessageTransport):
         if host is None:
             return
         try:
-            if os.path.getsize(path) > MAX_FILE:
-                os.unlink(path)
-                self._drop("too_big", path)
-                return
             with open(path, "rb") as source:
-                data = source.read()
+                data = source.read(MAX_FILE + 1)
         except OSError:
             return  # taken meanwhile
+        if len(data) > MAX_FILE:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            self._drop("too_big", path)
+            return
+        envelope: Any = None
         try:
-            header = json.loads(data).get("header", {})
+            envelope = json.loads(data)
+            header = envelope.get("header", {})
             publication = address.startswith(NODE_ADDRESS_PREFIX) and header.get("target", "") != address
             held = (not publication and int(header.get("qos", 0) or 0) > 0 and not header.get("correlation_id")
                     and header.get("type") != "result")
         except (ValueError, AttributeError, TypeError, UnicodeDecodeError):
             if _still_written(path):
                 return  # a writer that does not rename (the seed's FileBroker): read once it is done
-            header, held, publication = {}, False, False
+            envelope, header, held, publication = None, {}, False, False
         if not held:  # read, then deleted (the seed's acknowledgement); by one reader only
             taken = os.path.join(os.path.dirname(path), f".taken-{os.getpid()}-{os.path.basename(path)}")
             try:
@@ -364,7 +357,8 @@ class FileTransport(Counted, MessageTransport):
                 os.unlink(taken)
         else:
             self._held.add(path)
-        arrival = Arrival(data, path if held else "", "" if publication else address)
+        arrival = Arrival(data, envelope if isinstance(envelope, dict) else None, path if held else "",
+                          "" if publication else address)
         if publication:
             host.on_publication(arrival)  # a broadcast this node subscribed to
         else:
@@ -411,8 +405,10 @@ class FileTransport(Counted, MessageTransport):
                 data = source.read(MAX_FILE + 1)
         except OSError:
             return  # another node took it
+        envelope: Any = None
         try:
-            header = json.loads(data)["header"]
+            envelope = json.loads(data)
+            header = envelope["header"]
             target, topic = str(header.get("target") or ""), str(header.get("topic") or "")
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             if _still_written(claimed):
@@ -423,9 +419,9 @@ class FileTransport(Counted, MessageTransport):
         if len(data) > MAX_FILE or not (target or topic):
             self._drop("malformed", f"{Path(path).name} in topics/")
         elif target:
-            self.send(target, Arrival(data))
+            self.send(target, Arrival(data, envelope))
         else:
-            self.publish(topic, Arrival(data))
+            self.publish(topic, Arrival(data, envelope))
         with contextlib.suppress(OSError):
             os.unlink(claimed)
 
