@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import zmesh
@@ -104,3 +107,18 @@ def rest_of_output(child: "subprocess.Popen[str]", timeout: float = 10.0) -> str
     out = child.stdout.read()
     child.stdout.close()
     return out
+
+
+def start_qos_child(url: str, mesh: str, block_at: int) -> "subprocess.Popen[str]":
+    """tests/_qos_child.py on broker ``url``: agent ``rx`` of ``mesh``, printing each
+    job's ``n`` once handled, stuck forever at ``block_at``; returned once it is ready."""
+    here = Path(__file__).resolve().parent
+    child = subprocess.Popen([sys.executable, str(here / "_qos_child.py"), url, mesh, "1.0", str(block_at)],
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(here.parent)})
+    assert child.stdout is not None and child.stdout.readline() == "ready\n"
+    return child
+
+
+def handled_by(child: "subprocess.Popen[str]") -> list[int]:
+    """The numbers a (killed or stopped) :func:`start_qos_child` printed after those read."""
+    return [int(line) for line in rest_of_output(child).split()]

@@ -8,9 +8,7 @@ test_nats_qos.py and test_redis.py)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -21,7 +19,7 @@ import zmesh
 from zmesh.transport import MessageTransport
 
 from .brokers import queued, start_nats, start_redis, until_queued
-from .helpers import Mesh, rest_of_output, wait_for
+from .helpers import Mesh, handled_by, start_qos_child, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -137,17 +135,6 @@ async def test_a_message_that_expires_at_the_server_is_dead_lettered_and_acknowl
         await until_queued(kind, url, m.name, 0, 10, "the expired message was not acknowledged")
 
 
-def _child(url: str, mesh: str, block_at: int) -> subprocess.Popen[str]:
-    child = subprocess.Popen([sys.executable, str(HERE / "_qos_child.py"), url, mesh, "1.0", str(block_at)],
-                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(HERE.parent)})
-    assert child.stdout is not None and child.stdout.readline() == "ready\n"
-    return child
-
-
-def _handled(child: subprocess.Popen[str]) -> list[int]:
-    return [int(line) for line in rest_of_output(child).split()]
-
-
 async def read_lines(child: subprocess.Popen[str], count: int) -> list[int]:
     """The first ``count`` numbers ``child`` prints, as it prints them."""
     assert child.stdout is not None
@@ -168,7 +155,7 @@ async def test_a_killed_receivers_unacknowledged_messages_go_to_its_replacement(
         node = await m.node(transport=transport_of(kind, url, expiry=30.0))
         tx = node.agent("tx")
         loop = asyncio.get_running_loop()
-        first = await loop.run_in_executor(None, _child, url, m.name, 5)  # its handler never ends at 5
+        first = await loop.run_in_executor(None, start_qos_child, url, m.name, 5)  # its handler never ends at 5
         second = None
         try:
             await node.wait_for_agents("rx", timeout=10)
@@ -180,12 +167,12 @@ async def test_a_killed_receivers_unacknowledged_messages_go_to_its_replacement(
             # 0-4 acknowledged (an ack still on its way at a kill is that message's one chance of a second run)
             await until_queued(kind, url, m.name, 15, 10, "0-4 acknowledged")
             first.kill()
-            handled_first = printed + _handled(first)
+            handled_first = printed + handled_by(first)
             # a node of another name: what the first had (ack_wait 1 s) comes to it
-            second = await loop.run_in_executor(None, _child, url, m.name, -1)
+            second = await loop.run_in_executor(None, start_qos_child, url, m.name, -1)
             await until_queued(kind, url, m.name, 0, 30, "the replacement did not get what the first left")
             second.terminate()
-            handled_second = _handled(second)
+            handled_second = handled_by(second)
             assert handled_first == [0, 1, 2, 3, 4]
             assert sorted(handled_second) == list(range(5, 20))  # nothing lost, nothing twice
         finally:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import zmesh
 from zmesh.transport.redis import RedisTransport
 
 from .brokers import start_redis, until_queued
-from .helpers import Mesh, rest_of_output, wait_for
+from .helpers import Mesh, handled_by, start_qos_child, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -176,27 +175,16 @@ async def test_a_handler_slower_than_ack_wait_keeps_its_message(redis_url: str) 
         assert receiver.stats().get("redelivered_while_held", 0) == 0
 
 
-def _child(url: str, mesh: str, block_at: int) -> subprocess.Popen[str]:
-    child = subprocess.Popen([sys.executable, str(HERE / "_qos_child.py"), url, mesh, "1.0", str(block_at)],
-                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(HERE.parent)})
-    assert child.stdout is not None and child.stdout.readline() == "ready\n"
-    return child
-
-
-def _handled(child: subprocess.Popen[str]) -> list[int]:
-    return [int(line) for line in rest_of_output(child).split()]
-
-
 @pytest.mark.multiprocess
 async def test_a_killed_node_fails_requests_at_once_then_leaves(redis_url: str) -> None:
     async with Mesh("redis") as m:
         node = await m.node()
         me = node.agent("me")
-        child = await asyncio.get_running_loop().run_in_executor(None, _child, redis_url, m.name, -1)
+        child = await asyncio.get_running_loop().run_in_executor(None, start_qos_child, redis_url, m.name, -1)
         try:
             await node.wait_for_agents("rx", timeout=10)
             child.kill()
-            _handled(child)
+            handled_by(child)
             started = time.monotonic()
             with pytest.raises(zmesh.AgentNotRegistered, match="nobody received it"):
                 await me.request("rx", "job", {"n": 1}, timeout=20)

@@ -118,7 +118,7 @@ class PubSubLink:
         """Subscribe to ``channel`` and read from then on; returns once the server confirmed it."""
         self._pubsub = self._client.pubsub()
         self._channels.add(channel)
-        self._ask("SUBSCRIBE", channel)
+        self._ask(channel)
         await self._pubsub.execute_command("SUBSCRIBE", channel)
         self._reader = self._loop.create_task(self._read())
         await self.confirmed(wait)
@@ -137,12 +137,12 @@ class PubSubLink:
             wanted.discard(name)
             self._queue("PUNSUBSCRIBE" if pattern else "UNSUBSCRIBE", name)
 
-    def _ask(self, command: str, name: str) -> None:
+    def _ask(self, name: str) -> None:
         self._pending[name] += 1
         self._all_confirmed.clear()
 
     def _queue(self, command: str, name: str) -> None:
-        self._ask(command, name)
+        self._ask(name)
 
         async def step() -> None:
             await self._pubsub.execute_command(command, name)

@@ -189,12 +189,12 @@ class StreamReader:
     def _deliver_all(self, reply: Any) -> None:
         if not reply:
             return
-        items = reply.items() if isinstance(reply, dict) else reply
+        if isinstance(reply, dict):  # RESP3 (protocol=3 in the options): {stream: [entries]}
+            items = [(stream, found[0] if found else []) for stream, found in reply.items()]
+        else:  # RESP2: [[stream, entries]]
+            items = reply
         for stream, entries in items:
-            if isinstance(entries, list) and entries and isinstance(entries[0], list) and len(entries) == 1 \
-                    and isinstance(entries[0][0], list):
-                entries = entries[0]  # RESP3's shape
-            self.deliver(stream.decode() if isinstance(stream, bytes) else stream, entries)
+            self.deliver(_text(stream), entries)
 
     def deliver(self, stream: str, entries: Any) -> None:
         host = self._host()
@@ -203,11 +203,9 @@ class StreamReader:
         agent = self._keys.queued_agent(stream)
         now = time.monotonic()
         for entry_id, entry in entries or ():
-            entry_id = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+            entry_id = _text(entry_id)
             if not entry:  # deleted meanwhile (acknowledged by another node)
                 continue
-            if isinstance(entry, list):
-                entry = dict(zip(entry[::2], entry[1::2]))
             try:
                 data = from_fields(entry, agent, f"{entry_id} {stream}")
             except FrameError as exc:

@@ -33,6 +33,7 @@ from .._wire.names import NODE_ADDRESS_PREFIX
 from ..errors import FrameError, TransportError
 from ..topics import matches
 from .base import TransportCapabilities
+from ._checks import check_counts, check_liveness, check_seconds
 from ._counted import Counted
 from .message import MessageHost, MessageTransport, MessageWire
 from ._redis_client import PubSubLink, connect, import_redis, shown
@@ -77,18 +78,9 @@ class RedisTransport(Counted, MessageTransport):
                  **options: Any) -> None:
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise TransportError(f"a Redis server is named by a redis:// (or rediss://, unix://) URL, got {url!r}")
-        for what, value in (("heartbeat", heartbeat), ("expiry", expiry), ("connect_wait", connect_wait),
-                            ("ack_wait", ack_wait)):
-            if value.__class__ not in (int, float) or not 0 < value < 3600:
-                raise ValueError(f"{what} must be a number of seconds above 0, got {value!r}")
-        if max_age.__class__ not in (int, float) or not 1 <= max_age:
-            raise ValueError(f"max_age must be a number of seconds of at least 1, got {max_age!r}")
-        for what, count in (("max_unconfirmed", max_unconfirmed), ("max_in_flight", max_in_flight),
-                            ("max_queued", max_queued)):
-            if count.__class__ is not int or count < 1:
-                raise ValueError(f"{what} must be an int of at least 1, got {count!r}")
-        if expiry <= heartbeat:
-            raise ValueError(f"expiry ({expiry} s) must be longer than heartbeat ({heartbeat} s)")
+        check_seconds(heartbeat=heartbeat, expiry=expiry, connect_wait=connect_wait, ack_wait=ack_wait)
+        check_counts(max_unconfirmed=max_unconfirmed, max_in_flight=max_in_flight, max_queued=max_queued)
+        check_liveness(heartbeat, expiry, max_age)
         import_redis()
         self.url = url
         self.router_endpoint = shown(url)  # no password in what is shown
