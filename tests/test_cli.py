@@ -302,7 +302,8 @@ def test_a_refusal_of_another_kind_gets_no_mesh_hint() -> None:
 # -- usage errors: the subcommand's own usage ----------------------------------
 
 
-_POSITIONALS = {"keygen": ["name"], "send": ["b", "topic", "1"], "request": ["b", "topic", "1"], "sub": ["news.>"]}
+_POSITIONALS = {"keygen": ["name"], "send": ["b", "topic", "1"], "request": ["b", "topic", "1"], "sub": ["news.>"],
+                "ga-bridge": ["--root", "."]}
 
 
 @pytest.mark.parametrize("command", sorted(_parser()[1]))

@@ -7,6 +7,7 @@
     zmesh request --mesh lab TARGET TOPIC PAYLOAD   request and print the reply as JSON
     zmesh sub     --mesh lab PATTERN                print broadcasts as JSON lines
     zmesh top     --mesh lab [--once] [--json]      a live view: nodes, agents, rates, events
+    zmesh ga-bridge --root ROOT [--spawn]           a GenericAgent checkout's sub-agents as mesh agents
 
 PAYLOAD is strict JSON, ``--raw TEXT`` (TEXT as a plain string) or
 ``--null`` (no payload); leaving it out is a usage error. Without
@@ -35,6 +36,7 @@ from typing import Any, Callable, Coroutine, Sequence
 from ... import __version__
 from ...errors import InvalidMessage, ZmeshError
 from ..top.app import RICH_MISSING, top
+from . import ga_bridge
 from .commands import CLI_NODE_PREFIX, DEFAULT_REQUEST_TIMEOUT, CliError, peers, send, sub
 from .json_output import PayloadError, parse_payload
 from .signals import run_command
@@ -160,6 +162,15 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
     t.add_argument("--once", action="store_true",
                    help="take one view (two samples an --interval apart, for the rates), print it and exit")
     _json_option(t, "print each view as one line of JSON instead of drawing it (needs no 'rich')")
+    bridge = sub_parsers.add_parser(
+        "ga-bridge", help="expose a GenericAgent checkout's sub-agents (ROOT/temp/NAME/) as mesh agents NAME",
+        description="Expose each GenericAgent sub-agent folder ROOT/temp/NAME/ as mesh agent NAME, driven "
+                    "over GenericAgent's file protocol: a request on 'task' is its next round, 'stop', "
+                    "'keyinfo' and 'intervene' write its control files, 'status' tells its state. Prints "
+                    "one JSON line once up (mesh, node, endpoint, root, agents), then runs until stopped. "
+                    "See docs/genericagent.md.")
+    _common(bridge)
+    ga_bridge.add_parser(bridge)
     for sub_parser in sub_parsers.choices.values():
         sub_parser.set_defaults(subparser=sub_parser)  # so main() can say its usage, not the top level's
     return parser, frozenset(sub_parsers.choices)
@@ -222,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"zmesh top: error: {RICH_MISSING}", file=sys.stderr)
         return USAGE_ERROR
     commands: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
-        "peers": peers, "send": send, "request": send, "sub": sub, "top": top,
+        "peers": peers, "send": send, "request": send, "sub": sub, "top": top, "ga-bridge": ga_bridge.ga_bridge,
     }
     command = commands[args.command]
     try:
