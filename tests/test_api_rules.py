@@ -223,3 +223,11 @@ def test_a_zmesh_timeout_is_caught_as_either_timeout_error_on_every_python() -> 
             raise zmesh.Timeout("no reply")
         except catch:  # on 3.10 asyncio.TimeoutError is not the built-in one
             pass
+
+
+async def test_wait_for_agents_given_a_list_says_how_to_call_it() -> None:
+    async with zmesh.Node("rules-wait", transport="inproc") as node:
+        node.agent("a")
+        with pytest.raises(zmesh.InvalidMessage, match=r"wait_for_agents\('a', 'b'\)"):
+            await node.wait_for_agents(["a"], timeout=1)  # type: ignore[arg-type]
+        await node.wait_for_agents("a", timeout=1)

@@ -36,7 +36,7 @@ from ._tracing.dispatch import make_dispatch
 from .agent import Agent
 from .clock import Clock, SystemClock
 from .deadletters import DeadLetters
-from .errors import AgentExists, NodeClosed, Timeout, TransportError, ZmeshError
+from .errors import AgentExists, InvalidMessage, NodeClosed, Timeout, TransportError, ZmeshError
 from .liveness import LivenessConfig
 from .observer import Observer
 from .registry import MeshEvent, Registry
@@ -433,6 +433,10 @@ class Node:
 
     async def wait_for_agents(self, *agent_ids: str, timeout: float = 10.0) -> None:
         """Wait until every given agent id is in the registry; Timeout otherwise."""
+        for agent_id in agent_ids:
+            if not isinstance(agent_id, str):
+                raise InvalidMessage(f"wait_for_agents takes agent ids as arguments, wait_for_agents('a', 'b'), "
+                                     f"got {agent_id!r}")
         await self.wait_until(
             lambda: all(self.registry.node_of(a) for a in agent_ids), timeout, f"agents {agent_ids} did not appear"
         )
