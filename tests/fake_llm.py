@@ -39,6 +39,8 @@ class FakeLLM:
     def __init__(self, chunk_delay: float = 0.05) -> None:
         self.chunk_delay = chunk_delay
         self.requests: list[dict[str, Any]] = []
+        #: Streams whose client went away before the end, and the chunks each had been sent by then.
+        self.aborted: list[int] = []
         self.stopping = threading.Event()
         fake = self
 
@@ -107,6 +109,7 @@ class FakeLLM:
         handler.send_header("Cache-Control", "no-cache")
         handler.send_header("Connection", "close")
         handler.end_headers()
+        sent = 0
         try:
             for i, piece in enumerate(pieces):
                 delta: dict[str, Any] = {"content": piece}
@@ -115,6 +118,7 @@ class FakeLLM:
                 self._event(handler, {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": model,
                                       "created": int(time.time()),
                                       "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+                sent += 1
                 if self.chunk_delay and text.startswith("SLOW ") and self.stopping.wait(self.chunk_delay):
                     return
             self._event(handler, {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": model,
@@ -125,7 +129,7 @@ class FakeLLM:
             handler.wfile.write(b"data: [DONE]\n\n")
             handler.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
-            pass
+            self.aborted.append(sent)
         handler.close_connection = True
 
     @staticmethod

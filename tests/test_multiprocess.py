@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import signal
@@ -311,3 +312,29 @@ def test_a_node_in_a_forked_worker_joins_with_ids_of_its_own() -> None:
     exitcode, parent_tag, child_tag, child_msg_tag = out.stdout.split()
     assert exitcode == "0"
     assert child_tag == child_msg_tag != parent_tag
+
+
+async def test_a_requester_killed_mid_request_has_its_handler_cancelled(procs: Procs) -> None:
+    async with zmesh.Node(procs.mesh, name="ctl-node", discovery=False, liveness=FAST) as node:
+        ctl, slowpoke = node.agent("ctl"), node.agent("slowpoke")
+        started, cancelled = [], []
+
+        @slowpoke.on("whoami")
+        async def never_answers(msg: zmesh.Message) -> None:
+            started.append(msg.sender)
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.append(time.monotonic())
+                raise
+
+        child = procs.start("A", node.endpoint)
+        await node.wait_for_agents("A", timeout=20)
+        asking = asyncio.ensure_future(ctl.request("A", "ask", {"targets": ["slowpoke"]}, timeout=30))
+        await wait_for(lambda: started == ["A"], 20, "A's request to start the handler")
+        child.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        await wait_for(lambda: cancelled, 20, "the handler to be cancelled once A's node is gone")
+        assert cancelled[0] - killed < FAST.expire_after + 3
+        with pytest.raises(zmesh.PeerLost):
+            await asking

@@ -28,12 +28,18 @@ __all__ = [
     "check_options",
     "iso_timestamp",
     "parse_timestamp",
+    "CANCELLED_REQUESTS",
 ]
 
 #: Version of the JSON envelope written by :meth:`Message.to_envelope`, as
 #: the seed design writes it; ``1``, ``1.0`` and ``"1"`` are read as the same.
 ENVELOPE_VERSION: Final = "1.0"
 _VERSIONS: Final = frozenset({1, "1", "1.0"})  # 1.0 == 1 hashes alike
+
+#: Correlation ids of requests whose requester cancelled them (or gave up:
+#: it timed out, its node left) while their handler still runs; the runtime
+#: keeps it, :attr:`Message.cancelled` reads it.
+CANCELLED_REQUESTS: Final[set[str]] = set()
 
 MESSAGE_TYPES: Final = ("task", "result", "query", "notify", "intervene", "heartbeat")
 #: Reply statuses: ``ok`` or why the request failed at the far end.
@@ -159,6 +165,15 @@ class Message:
     @property
     def expects_reply(self) -> bool:
         return self.type != "result" and bool(self.correlation_id)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the requester of this request cancelled it or gave up on
+        it (its request timed out, its node left) while the handler runs. A
+        plain handler (in the worker pool) polls it to stop early; an
+        ``async def`` handler's Task is cancelled outright, and sees
+        ``asyncio.CancelledError``."""
+        return self.correlation_id in CANCELLED_REQUESTS and self.type != "result"
 
     def expired(self, now: float) -> bool:
         """True when the message carries a ttl and ``now`` is past it."""

@@ -7,8 +7,10 @@ from typing import Callable
 
 __all__ = ["Receipt", "Observer", "KINDS", "OUTCOMES"]
 
-KINDS = ("send", "request", "delegate", "handoff", "broadcast")
-OUTCOMES = ("success", "failure", "timeout", "not_found")
+#: ``cancel`` is recorded on the node of a handler that its requester's cancel stopped.
+KINDS = ("send", "request", "delegate", "handoff", "broadcast", "cancel")
+#: ``cancelled``: the caller cancelled its request (its handler is told to stop).
+OUTCOMES = ("success", "failure", "timeout", "not_found", "cancelled")
 
 
 @dataclass(frozen=True, slots=True)

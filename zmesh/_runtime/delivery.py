@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..message import Message
 from ..registry import MeshEvent
+from .cancel import Cancellations
 from .context import trace_var
 from .handlers import DEFERRED, INLINE, finish, run_handler
 from .handoff import HANDOFF_TOPIC, Handoff
@@ -60,6 +61,9 @@ class Delivery:
         self.stats = dispatch.stats
         self.inboxes: dict[str, Inbox] = {}
         self._routes: dict[str, Routes] = {}  # each agent's on() handlers and subscriptions
+        #: The request handlers a cancel can reach (see zmesh._runtime.cancel).
+        self.cancels = Cancellations(mesh.registry.node_of, self._clock.monotonic, dispatch.receipt, self.stats)
+        watch.on_departure(self.cancels.departed)
 
     # -- agents ------------------------------------------------------------
 
@@ -147,6 +151,10 @@ class Delivery:
             self._settled(entry)  # retrying cannot help now
             self._undeliverable(entry, "expired", "the ttl ran out before it was handled", agent.id)
             return
+        if entry.request and self.cancels.early and self.cancels.cancelled_before_start(
+                msg, self._mesh.registry.node_of(msg.sender)):
+            self._settled(entry)
+            return
         if entry.request and msg.topic == HANDOFF_TOPIC and msg.type == "task":
             self._offer_handoff(agent, inbox, entry)
             return
@@ -180,8 +188,10 @@ class Delivery:
                     return
                 finish(result, self._handler_done, self._handler_failed, (agent, entry), self.tasks)
                 return
-            run_handler(handler, msg, self._handler_done, self._handler_failed, self.tasks, (agent, entry), mode,
-                        agent.id)
+            running = run_handler(handler, msg, self._handler_done, self._handler_failed, self.tasks,
+                                  (agent, entry), mode, agent.id)
+            if running is not None and entry.request:
+                self.cancels.started(msg, running, entry.origin)
         finally:
             trace_var.reset(token)
 
@@ -222,6 +232,9 @@ class Delivery:
         agent, entry = extra
         msg = entry.msg
         if entry.request:
+            if self.cancels.running and self.cancels.ended(msg):
+                self._release(agent.id)  # cancelled: its requester waits for no result
+                return
             if result is not DEFERRED:
                 if isinstance(result, Message):
                     result = result.payload
@@ -233,6 +246,11 @@ class Delivery:
     def _handler_failed(self, exc: BaseException, extra: tuple[HostedAgent, Entry]) -> None:
         agent, entry = extra
         msg = entry.msg
+        if entry.request and self.cancels.running and self.cancels.ended(msg):
+            log.debug("zmesh: handler of agent %r for topic %r stopped: its requester cancelled %s",
+                      agent.id, msg.topic, msg.correlation_id)
+            self._release(agent.id)
+            return
         if isinstance(exc, (asyncio.CancelledError, TimeoutError, asyncio.TimeoutError)):
             # A cancellation or a deadline somebody asked for (asyncio.timeout, a
             # request's timeout): what happened, not a bug, so no traceback.

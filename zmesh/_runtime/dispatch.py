@@ -25,6 +25,8 @@ from ..errors import (
 )
 from ..message import Message, new_trace_id
 from ..observer import Observer, Receipt
+from .._wire.names import NODE_ADDRESS_PREFIX, printable
+from .cancel import CANCEL_TOPIC, cancel_message, cancelled_ids
 from .context import trace_var
 from .delivery import Delivery
 from .config import RuntimeConfig
@@ -84,6 +86,7 @@ class Dispatch:
     def close(self) -> None:
         """The node is closing: sends and requests raise NodeClosed from now on."""
         self.closed = True
+        self.delivery.cancels.close()
 
     def _closed_error(self) -> NodeClosed:
         return NodeClosed(f"node {self.config.node_id!r} is closed")
@@ -266,9 +269,12 @@ class Dispatch:
         try:
             reply = await future
         except asyncio.CancelledError:
-            mesh.forget_request(key)  # the caller's own cancellation: no receipt, no dead letter
+            mesh.forget_request(key)  # the caller's own cancellation: no dead letter
+            self.cancel_remote(msg)
+            self.receipt(kind, "cancelled", started, msg, "CancelledError")
             raise
         except Timeout as exc:
+            self.cancel_remote(msg)
             self.dead(msg, "timeout", str(exc))
             self.receipt(kind, "timeout", started, msg, "Timeout")
             raise
@@ -337,8 +343,33 @@ class Dispatch:
         return reached
 
     def node_message(self, msg: Message, origin: str) -> None:
-        """A message for the node itself: a ``zmesh.stats`` request is answered."""
+        """A message for the node itself: a ``zmesh.stats`` request is answered, a cancel carried out."""
+        if msg.topic == CANCEL_TOPIC:
+            self._mesh.taken(origin, msg.target)
+            ids = cancelled_ids(msg)
+            if ids is None or not msg.sender.startswith(NODE_ADDRESS_PREFIX):
+                self._mesh.drop("malformed", "cancel", f"from {printable(msg.sender)}")
+                return
+            self.delivery.cancels.cancel(msg.sender[len(NODE_ADDRESS_PREFIX):], ids)
+            return
         answer(self._mesh, self.dead, self._node_stats, self.config.node_id, msg, origin)
+
+    def cancel_remote(self, msg: Message) -> None:
+        """The requester of ``msg`` no longer waits: stop its handler, wherever it runs."""
+        mesh = self._mesh
+        node = mesh.registry.node_of(msg.target)
+        if node is None or not msg.correlation_id:
+            return  # its node left: it stops the handler itself (zmesh._runtime.cancel)
+        if node == self.config.node_id:
+            self.delivery.cancels.cancel(node, [msg.correlation_id])
+            return
+        cancel = cancel_message(self.config.node_id, node, [msg.correlation_id])
+        route = mesh.route(cancel.target)
+        if route:
+            try:
+                mesh.send(cancel, route, mesh.now())
+            except ZmeshError as exc:  # closing, or the mesh cannot carry it: the handler runs to its end
+                log.debug("zmesh %s: could not cancel %s: %s", self.config.node_id, msg.correlation_id, exc)
 
     # -- dead letters and receipts ---------------------------------------
 

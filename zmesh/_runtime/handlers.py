@@ -40,7 +40,7 @@ import logging
 import os
 import sys
 from types import CoroutineType
-from typing import Any, Callable, Coroutine
+from typing import Any, Callable, Coroutine, TypeAlias
 
 __all__ = ["run_handler", "HandlerTasks", "DEFERRED", "Deferred", "handler_mode", "ASYNC", "THREAD", "INLINE",
            "DEFAULT_WORKERS", "finish"]
@@ -85,6 +85,8 @@ class Deferred:
 DEFERRED = Deferred()
 
 Done = Callable[[Any, Any], None]
+#: A handler still running: its Task, or the pool's Future of a plain one.
+Running: TypeAlias = "asyncio.Task[None] | concurrent.futures.Future[Any] | None"
 Failed = Callable[[BaseException, Any], None]
 
 
@@ -208,12 +210,13 @@ def run_handler(
     extra: Any = None,
     mode: str = INLINE,
     pool: str = "",
-) -> None:
+) -> Running:
     """Run ``handler(arg)`` by ``mode``; report ``done(result, extra)`` or ``failed(exc, extra)``.
 
     Runs in the caller's context (set the trace id around the call): a
     coroutine handler's Task and a pool thread copy that context. A THREAD
-    handler runs in ``tasks``' pool for ``pool`` (an agent id).
+    handler runs in ``tasks``' pool for ``pool`` (an agent id). Returns what
+    still runs (the Task, the pool's Future), or None if it already ended.
     """
     if mode == THREAD:
         loop = asyncio.get_running_loop()
@@ -224,16 +227,16 @@ def run_handler(
                 loop.call_soon_threadsafe(_thread_finished, f, done, failed, extra, tasks)
 
         future.add_done_callback(back)
-        return
+        return future
     try:
         result = handler(arg)
     except BaseException as exc:  # a plain handler: contained like a coroutine's
         failed(exc, extra)
-        return
+        return None
     if result is None:  # finish's first case, without the call (one per message)
         done(result, extra)
-        return
-    finish(result, done, failed, extra, tasks)
+        return None
+    return finish(result, done, failed, extra, tasks)
 
 
 def _thread_finished(
@@ -253,21 +256,23 @@ def _close_if_cancelled(coro: Coroutine[Any, Any, Any], task: asyncio.Task[None]
         coro.close()
 
 
-def finish(result: Any, done: Done, failed: Failed, extra: Any, tasks: HandlerTasks) -> None:
-    """What :func:`run_handler` does with a handler's return value (a coroutine is awaited in a Task)."""
+def finish(result: Any, done: Done, failed: Failed, extra: Any, tasks: HandlerTasks) -> asyncio.Task[None] | None:
+    """What :func:`run_handler` does with a handler's return value (a coroutine
+    is awaited in a Task): that Task while it runs, else None."""
     if result.__class__ is not CoroutineType and (result is None or not asyncio.iscoroutine(result)):
         done(result, extra)
-        return
+        return None
     loop = asyncio.get_running_loop()
     wrapped = _guarded(result, done, failed, extra, tasks)
     task: asyncio.Task[None]
     if _EAGER:
         task = asyncio.Task(wrapped, loop=loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
         if task.done():
-            return
+            return None
     else:
         task = loop.create_task(wrapped)
         # Cancelled (the node closes) before its first step, the task never
         # awaits the handler's coroutine: close it, or Python warns it was never awaited.
         task.add_done_callback(functools.partial(_close_if_cancelled, result))
     tasks.add(task)
+    return task

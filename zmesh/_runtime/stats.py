@@ -38,6 +38,7 @@ COUNTERS = (
     "frames_published", "bytes_published", "heartbeats_published", "items_to_departed_peers",
     "events_overflowed", "credit_waits", "credit_reports", "backpressure_waits", "backpressure_timeouts", "unknown_target_waits",
     "retransmits", "duplicates", "qos_expired", "store_errors",
+    "cancels_received", "cancelled_running", "cancelled_waiting", "cancel_refused", "cancel_forgotten",
 )
 
 #: The topic of the request a node answers with its ``stats()``.

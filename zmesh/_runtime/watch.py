@@ -32,6 +32,7 @@ class Watch:
         self.stats: Counter[str] = Counter()
         #: When (``time.monotonic()``) a peer last joined (or rejoined, restarted).
         self.last_joined = -math.inf
+        self._departures: list[Callable[[str], None]] = []
 
     def events(self, maxsize: int) -> AsyncIterator[MeshEvent]:
         queue: asyncio.Queue[MeshEvent] = asyncio.Queue(maxsize)
@@ -50,10 +51,17 @@ class Watch:
 
         return iterate()
 
+    def on_departure(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(node_id)`` when a peer leaves or restarts (what it had asked, nobody waits for)."""
+        self._departures.append(callback)
+
     def emit(self, event: MeshEvent) -> None:
         log.debug("zmesh %s: %s", self._node_id, event)
         if event.kind == "peer_joined" or event.kind == "peer_restarted":
             self.last_joined = time.monotonic()
+        if (event.kind == "peer_left" or event.kind == "peer_restarted") and event.node_id != self._node_id:
+            for callback in self._departures:
+                callback(event.node_id)
         for queue in self._queues:
             if queue.full():
                 queue.get_nowait()

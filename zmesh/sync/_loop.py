@@ -141,6 +141,9 @@ class LoopThread:
             return future.result()
         except concurrent.futures.CancelledError:
             raise NodeClosed("the node was closed while this call waited") from None
+        except BaseException:  # Ctrl-C while it waited: the call on the loop is cancelled too (a request's work)
+            future.cancel()
+            raise
         finally:
             self._waiting.discard(future)
 

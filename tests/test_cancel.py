@@ -1,0 +1,255 @@
+"""Cancellation that stops the work: a request its requester cancelled, or
+gave up on, stops its handler on every transport (conformance), hop by hop
+down a delegate chain, and when the requester's node goes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+import zmesh
+from zmesh import FakeClock, Message
+from zmesh._runtime.cancel import EARLY_TTL, MAX_EARLY, Cancellations
+
+from .conformance_transports import transport  # noqa: F401 - the fixture
+from .helpers import Mesh, wait_for
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Stoppable:
+    """An ``async def`` handler that waits until cancelled, and says so."""
+
+    def __init__(self) -> None:
+        self.started: list[Message] = []
+        self.cancelled: list[Message] = []
+
+    async def __call__(self, msg: Message) -> str:
+        self.started.append(msg)
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(msg)
+            raise
+        return "never"
+
+
+async def two_nodes(m: Mesh) -> tuple[zmesh.Node, zmesh.Node, zmesh.Agent, zmesh.Agent]:
+    n1, n2 = await m.node(), await m.node()
+    a, b = n1.agent("a"), n2.agent("b")
+    await m.converged()
+    return n1, n2, a, b
+
+
+async def test_a_cancelled_request_stops_its_async_handler(transport: str) -> None:
+    async with Mesh(transport) as m:
+        n1, n2, a, b = await two_nodes(m)
+        handler = Stoppable()
+        b.add_handler("work", handler)
+        at_b: list[zmesh.Receipt] = []
+        n2.observe(at_b.append)
+        task = asyncio.ensure_future(a.request("b", "work", "x", timeout=20))
+        await wait_for(lambda: handler.started, 10, "the handler to start")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await wait_for(lambda: handler.cancelled, 10, "the handler to see the cancel")
+        await wait_for(lambda: at_b, 5, "the cancel receipt")
+        assert [(r.kind, r.outcome, r.sender, r.target, r.topic) for r in at_b] == [
+            ("cancel", "success", "a", "b", "work")]
+        assert at_b[0].correlation_id == handler.started[0].correlation_id
+        assert n2.stats()["handler_errors"] == 0 and list(n2.dead_letters) == []
+        assert n1.stats()["late_replies"] == 0, "a cancelled handler sends no reply"
+        assert not handler.started[0].cancelled, "the flag is cleared once the handler ended"
+
+
+async def test_a_cancelled_request_to_an_agent_of_the_same_node_stops_its_handler(transport: str) -> None:
+    async with Mesh(transport) as m:
+        node = await m.node()
+        a, b = node.agent("a"), node.agent("b")
+        handler = Stoppable()
+        b.add_handler("work", handler)
+        task = asyncio.ensure_future(a.request("b", "work", None, timeout=20))
+        await wait_for(lambda: handler.started, 10, "the handler to start")
+        task.cancel()
+        await wait_for(lambda: handler.cancelled, 10, "the handler to see the cancel")
+        assert node.stats()["cancelled_running"] == 1
+
+
+async def test_a_request_that_timed_out_stops_its_handler(transport: str) -> None:
+    clock = FakeClock()
+    async with Mesh(transport, clock=clock) as m:
+        n1, n2, a, b = await two_nodes(m)
+        handler = Stoppable()
+        b.add_handler("work", handler)
+        task = asyncio.ensure_future(a.request("b", "work", "x", timeout=5))
+        await wait_for(lambda: handler.started, 10, "the handler to start")
+        clock.advance(6)
+        with pytest.raises(zmesh.Timeout):
+            await task
+        await wait_for(lambda: handler.cancelled, 10, "the handler to see the requester give up")
+
+
+async def test_a_plain_handler_polls_msg_cancelled(transport: str) -> None:
+    async with Mesh(transport) as m:
+        n1, n2, a, b = await two_nodes(m)
+        started, saw = threading.Event(), threading.Event()
+
+        def work(msg: Message) -> str:  # runs in the worker pool: it cannot be interrupted, it can look
+            started.set()
+            deadline = time.monotonic() + 20
+            while not msg.cancelled and time.monotonic() < deadline:
+                time.sleep(0.005)
+            if msg.cancelled:
+                saw.set()
+            return "stopped early"
+
+        b.add_handler("work", work)
+        task = asyncio.ensure_future(a.request("b", "work", None, timeout=20))
+        await wait_for(started.is_set, 10, "the handler to start")
+        task.cancel()
+        await wait_for(saw.is_set, 10, "the handler to see msg.cancelled")
+        await wait_for(lambda: n2.stats()["by_agent"]["b"]["running"] == 0, 10, "the handler to end")
+        assert n1.stats()["late_replies"] == 0, "what a cancelled handler returns goes nowhere"
+
+
+async def test_a_cancelled_request_still_in_the_inbox_never_runs(transport: str) -> None:
+    async with Mesh(transport) as m:
+        n1, n2 = await m.node(), await m.node()
+        a, b = n1.agent("a"), n2.agent("b", concurrency=1)
+        await m.converged()
+        handler = Stoppable()
+        b.add_handler("work", handler)
+        first = asyncio.ensure_future(a.request("b", "work", 1, timeout=20))
+        await wait_for(lambda: handler.started, 10, "the first to start")
+        second = asyncio.ensure_future(a.request("b", "work", 2, timeout=20))
+        await wait_for(lambda: n2.stats()["by_agent"]["b"]["inbox"] == 1, 10, "the second to wait in the inbox")
+        second.cancel()
+        await wait_for(lambda: n2.stats()["cancels_received"] == 1, 10, "the cancel to arrive")
+        first.cancel()
+        await wait_for(lambda: len(handler.cancelled) == 1, 10, "the first to be cancelled")
+        await wait_for(lambda: n2.stats()["cancelled_waiting"] == 1, 10, "the second to be taken and dropped")
+        await asyncio.gather(first, second, return_exceptions=True)
+        assert [msg.payload for msg in handler.started] == [1], "the cancelled second request never ran"
+        assert n2.stats()["by_agent"]["b"]["inbox"] == 0
+
+
+async def test_a_cancel_stops_every_hop_of_a_delegate_chain(transport: str) -> None:
+    async with Mesh(transport) as m:
+        n1, n2, n3 = await m.node(), await m.node(), await m.node()
+        top, middle, bottom = n1.agent("top"), n2.agent("middle"), n3.agent("bottom")
+        await m.converged()
+        handler = Stoppable()
+        bottom.add_handler("work", handler)
+        middle_cancelled: list[bool] = []
+
+        @middle.on("work")
+        async def relay(msg: Message) -> object:
+            try:
+                return (await middle.request("bottom", "work", msg.payload, timeout=20)).payload
+            except asyncio.CancelledError:
+                middle_cancelled.append(True)
+                raise
+
+        task = asyncio.ensure_future(top.request("middle", "work", "deep", timeout=20))
+        await wait_for(lambda: handler.started, 10, "the bottom handler to start")
+        task.cancel()
+        await wait_for(lambda: handler.cancelled, 10, "the bottom handler to see the cancel")
+        assert middle_cancelled == [True]
+
+
+async def test_the_requesters_node_closing_stops_what_it_asked() -> None:
+    async with Mesh("zmq") as m:
+        n1, n2, a, b = await two_nodes(m)
+        handler = Stoppable()
+        b.add_handler("work", handler)
+        task = asyncio.ensure_future(a.request("b", "work", None, timeout=20))
+        await wait_for(lambda: handler.started, 10, "the handler to start")
+        await n1.close()  # its goodbye: n2 knows at once nobody waits any more
+        await asyncio.gather(task, return_exceptions=True)
+        await wait_for(lambda: handler.cancelled, 10, "the handler to be cancelled")
+
+
+# -- who may cancel, and what is kept ---------------------------------------
+
+
+HOSTS = {"a": "n1", "x": "n9"}
+
+
+def _cancellations() -> tuple[Cancellations, list[tuple[str, str]], list[float]]:
+    now = [100.0]
+    receipts: list[tuple[str, str]] = []
+    return Cancellations(HOSTS.get, lambda: now[0], lambda kind, outcome, *_: receipts.append((kind, outcome)),
+                         Counter()), receipts, now
+
+
+def test_only_the_requesters_node_may_cancel() -> None:
+    cancels, receipts, _ = _cancellations()
+    msg = Message("query", "a", "b", "work", None, "c1", "a")
+    task_like = object()
+    cancels.started(msg, task_like, "n1")
+    cancels.cancel("n3", ["c1"])
+    assert not msg.cancelled and cancels.stats["cancel_refused"] == 1
+    cancels.cancel("n1", ["c1"])
+    assert msg.cancelled
+    assert cancels.ended(msg) and not msg.cancelled and receipts == [("cancel", "success")]
+
+
+def test_a_cancel_that_came_first_stops_the_request_when_it_comes() -> None:
+    cancels, _, now = _cancellations()
+    msg = Message("query", "a", "b", "work", None, "c2", "a")
+    cancels.cancel("n1", ["c2"])
+    assert not cancels.cancelled_before_start(msg, "n3"), "another node's request with that id runs"
+    cancels.cancel("n1", ["c2"])
+    assert cancels.cancelled_before_start(msg, "n1")
+    cancels.cancel("n1", ["c3"])
+    now[0] += EARLY_TTL + 1
+    assert not cancels.cancelled_before_start(Message("query", "a", "b", "w", None, "c3", "a"), "n1")
+    for i in range(MAX_EARLY + 10):
+        cancels.cancel("n1", [f"id{i}"])
+    assert len(cancels.early) == MAX_EARLY and cancels.stats["cancel_forgotten"] >= 10
+
+
+def test_a_node_that_left_has_its_requests_stopped() -> None:
+    cancels, _, _ = _cancellations()
+    mine = Message("query", "a", "b", "work", None, "c4", "a")
+    other = Message("query", "x", "b", "work", None, "c5", "x")
+    cancels.started(mine, object(), "n1")
+    cancels.started(other, object(), "n9")
+    cancels.departed("n1")
+    assert mine.cancelled and not other.cancelled
+    cancels.ended(mine)
+    cancels.ended(other)
+
+
+def test_ctrl_c_in_a_blocking_request_stops_the_remote_handler() -> None:
+    import os
+    import signal
+
+    import zmesh.sync as zs
+
+    with zs.Node("cancel-sync", transport="inproc") as node:
+        a, b = node.agent("a"), node.agent("b")
+        started, cancelled = threading.Event(), threading.Event()
+
+        @b.on("work")
+        async def work(msg: Message) -> None:
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+        interrupter = threading.Thread(target=lambda: started.wait(10) and os.kill(os.getpid(), signal.SIGINT))
+        interrupter.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                a.request("b", "work", None, timeout=20)
+        finally:
+            interrupter.join(10)
+        assert cancelled.wait(10), "the handler went on after the caller's Ctrl-C"  # (the node still runs)

@@ -1,0 +1,156 @@
+"""Stopping a request's handler once its requester no longer waits (internal).
+
+A requester whose ``request`` (or ``delegate``) is cancelled or times out
+tells the node hosting the target: a one-way ``zmesh.cancel`` message from
+its node address to that node's, its payload the correlation ids. A node
+whose peer left (or restarted) does the same by itself for every request
+that peer sent. On the handler's node (:class:`Cancellations`):
+
+* a request still waiting in its agent's inbox, or not arrived yet (a broker
+  may deliver the cancel first), is dropped when it is taken: never handled;
+* a running ``async def`` handler's Task is cancelled: it sees
+  ``asyncio.CancelledError``;
+* a running plain handler cannot be: :attr:`zmesh.Message.cancelled` turns
+  True for it to poll.
+
+No reply is sent (nobody waits for one); the node records a ``cancel``
+receipt. A delegate chain stops hop by hop: a cancelled handler's own
+pending requests are cancelled with its Task, so its node sends cancels on.
+
+Only the requester's node may cancel: a cancel is honoured when it comes
+from the node that hosts the request's sender.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any, Callable
+
+from .._wire.names import node_address
+from ..message import CANCELLED_REQUESTS, Message
+
+__all__ = ["CANCEL_TOPIC", "Cancellations", "cancel_message", "cancelled_ids", "MAX_IDS", "EARLY_TTL", "MAX_EARLY"]
+
+#: The topic of a cancel, between node addresses.
+CANCEL_TOPIC = "zmesh.cancel"
+#: Correlation ids one cancel message carries at most (more: more messages).
+MAX_IDS = 256
+#: A cancel for a request not seen yet is kept this long (s) ...
+EARLY_TTL = 60.0
+#: ... and at most this many of them (the oldest go first).
+MAX_EARLY = 10_000
+
+
+def cancel_message(node_id: str, target_node: str, ids: list[str]) -> Message:
+    me = node_address(node_id)
+    return Message("notify", me, node_address(target_node), CANCEL_TOPIC, ids, "", "", 0)
+
+
+def cancelled_ids(msg: Message) -> list[str] | None:
+    """The correlation ids a cancel carries; None when it is malformed."""
+    ids = msg.payload
+    if (msg.correlation_id or not isinstance(ids, list) or len(ids) > MAX_IDS
+            or not all(isinstance(i, str) and 0 < len(i) <= 64 for i in ids)):
+        return None
+    return ids
+
+
+class _Running:
+    __slots__ = ("running", "msg", "origin", "cancelled_at")
+
+    def __init__(self, running: Any, msg: Message, origin: str) -> None:
+        self.running = running  # the handler's Task, or the pool's Future of a plain one
+        self.msg = msg
+        self.origin = origin  # the node it came from, as the mesh names it
+        self.cancelled_at: float | None = None
+
+
+class Cancellations:
+    """The request handlers of one node that a cancel can reach."""
+
+    def __init__(self, node_of: Callable[[str], str | None], now: Callable[[], float],
+                 receipt: Callable[[str, str, float, Message], None], stats: Counter[str]) -> None:
+        self._node_of = node_of  # the registry's: which node hosts an agent now
+        self._now = now
+        self._receipt = receipt
+        self.running: dict[str, _Running] = {}
+        #: Cancels for requests not seen yet: correlation id -> (the cancelling node, until when).
+        self.early: dict[str, tuple[str, float]] = {}
+        #: The node's counters: cancels_received, cancelled_running, cancelled_waiting, cancel_refused, cancel_forgotten.
+        self.stats = stats
+
+    def started(self, msg: Message, running: Any, origin: str) -> None:
+        """Request ``msg`` (from node ``origin``)'s handler runs on (``running``) after its start."""
+        self.running[msg.correlation_id] = _Running(running, msg, origin)
+
+    def ended(self, msg: Message) -> bool:
+        """Its handler ended: True when it had been cancelled (so its result goes nowhere)."""
+        entry = self.running.pop(msg.correlation_id, None)
+        if entry is None or entry.msg is not msg:
+            if entry is not None:
+                self.running[msg.correlation_id] = entry  # another request's, with the same id
+            return False
+        if entry.cancelled_at is None:
+            return False
+        CANCELLED_REQUESTS.discard(msg.correlation_id)
+        self._receipt("cancel", "success", entry.cancelled_at, msg)
+        return True
+
+    def cancelled_before_start(self, msg: Message, requester: str | None) -> bool:
+        """Was request ``msg`` cancelled (by its requester's node) before it got here? Forgotten then."""
+        early = self.early.pop(msg.correlation_id, None)
+        if early is None:
+            return False
+        by, until = early
+        if by != requester or self._now() > until:
+            return False
+        self.stats["cancelled_waiting"] += 1
+        self._receipt("cancel", "success", self._now(), msg)
+        return True
+
+    def cancel(self, by: str, ids: list[str]) -> None:
+        """Node ``by`` cancelled the requests ``ids`` it sent."""
+        now = self._now()
+        self.stats["cancels_received"] += len(ids)
+        for corr in ids:
+            entry = self.running.get(corr)
+            if entry is None:
+                self._remember(corr, by, now)
+            elif self._node_of(entry.msg.sender) == by:
+                self._stop(entry, now)
+            else:
+                self.stats["cancel_refused"] += 1  # not the requester's node: spoofed, or a stale record
+
+    def departed(self, node_id: str) -> None:
+        """Node ``node_id`` left or restarted: nobody waits for what it asked any more."""
+        now = self._now()
+        for entry in list(self.running.values()):
+            if entry.origin == node_id:
+                self._stop(entry, now)
+
+    def close(self) -> None:
+        """The node closes (its handlers are cancelled with it): forget everything."""
+        for corr in self.running:
+            CANCELLED_REQUESTS.discard(corr)
+        self.running.clear()
+        self.early.clear()
+
+    def _stop(self, entry: _Running, now: float) -> None:
+        if entry.cancelled_at is not None:
+            return
+        entry.cancelled_at = now
+        self.stats["cancelled_running"] += 1
+        CANCELLED_REQUESTS.add(entry.msg.correlation_id)
+        running = entry.running
+        if isinstance(running, asyncio.Task):
+            running.cancel()
+
+    def _remember(self, corr: str, by: str, now: float) -> None:
+        early = self.early
+        if corr in early:
+            return
+        while len(early) >= MAX_EARLY:
+            early.pop(next(iter(early)))
+            self.stats["cancel_forgotten"] += 1
+        early[corr] = (by, now + EARLY_TTL)
