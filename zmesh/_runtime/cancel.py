@@ -56,14 +56,8 @@ def cancelled_ids(msg: Message) -> list[str] | None:
     return ids
 
 
-class _Running:
-    __slots__ = ("running", "msg", "origin", "cancelled_at")
-
-    def __init__(self, running: Any, msg: Message, origin: str) -> None:
-        self.running = running  # the handler's Task, or the pool's Future of a plain one
-        self.msg = msg
-        self.origin = origin  # the node it came from, as the mesh names it
-        self.cancelled_at: float | None = None
+#: A running request handler: its Task (or the pool's Future of a plain one), the request, the node it came from.
+_Running = tuple[Any, Message, str]
 
 
 class Cancellations:
@@ -75,6 +69,8 @@ class Cancellations:
         self._now = now
         self._receipt = receipt
         self.running: dict[str, _Running] = {}
+        #: Those of them a cancel stopped: correlation id -> when.
+        self.stopped: dict[str, float] = {}
         #: Cancels for requests not seen yet: correlation id -> (the cancelling node, until when).
         self.early: dict[str, tuple[str, float]] = {}
         #: The node's counters: cancels_received, cancelled_running, cancelled_waiting, cancel_refused, cancel_forgotten.
@@ -82,19 +78,23 @@ class Cancellations:
 
     def started(self, msg: Message, running: Any, origin: str) -> None:
         """Request ``msg`` (from node ``origin``)'s handler runs on (``running``) after its start."""
-        self.running[msg.correlation_id] = _Running(running, msg, origin)
+        self.running[msg.correlation_id] = (running, msg, origin)
 
     def ended(self, msg: Message) -> bool:
         """Its handler ended: True when it had been cancelled (so its result goes nowhere)."""
-        entry = self.running.pop(msg.correlation_id, None)
-        if entry is None or entry.msg is not msg:
+        corr = msg.correlation_id
+        entry = self.running.pop(corr, None)
+        if entry is None or entry[1] is not msg:
             if entry is not None:
-                self.running[msg.correlation_id] = entry  # another request's, with the same id
+                self.running[corr] = entry  # another request's, with the same id
             return False
-        if entry.cancelled_at is None:
+        if not self.stopped:
             return False
-        CANCELLED_REQUESTS.discard(msg.correlation_id)
-        self._receipt("cancel", "success", entry.cancelled_at, msg)
+        stopped_at = self.stopped.pop(corr, None)
+        if stopped_at is None:
+            return False
+        CANCELLED_REQUESTS.discard(corr)
+        self._receipt("cancel", "success", stopped_at, msg)
         return True
 
     def cancelled_before_start(self, msg: Message, requester: str | None) -> bool:
@@ -117,7 +117,7 @@ class Cancellations:
             entry = self.running.get(corr)
             if entry is None:
                 self._remember(corr, by, now)
-            elif self._node_of(entry.msg.sender) == by:
+            elif self._node_of(entry[1].sender) == by:
                 self._stop(entry, now)
             else:
                 self.stats["cancel_refused"] += 1  # not the requester's node: spoofed, or a stale record
@@ -126,7 +126,7 @@ class Cancellations:
         """Node ``node_id`` left or restarted: nobody waits for what it asked any more."""
         now = self._now()
         for entry in list(self.running.values()):
-            if entry.origin == node_id:
+            if entry[2] == node_id:
                 self._stop(entry, now)
 
     def close(self) -> None:
@@ -134,15 +134,16 @@ class Cancellations:
         for corr in self.running:
             CANCELLED_REQUESTS.discard(corr)
         self.running.clear()
+        self.stopped.clear()
         self.early.clear()
 
     def _stop(self, entry: _Running, now: float) -> None:
-        if entry.cancelled_at is not None:
+        running, msg, _ = entry
+        if msg.correlation_id in self.stopped:
             return
-        entry.cancelled_at = now
+        self.stopped[msg.correlation_id] = now
         self.stats["cancelled_running"] += 1
-        CANCELLED_REQUESTS.add(entry.msg.correlation_id)
-        running = entry.running
+        CANCELLED_REQUESTS.add(msg.correlation_id)
         if isinstance(running, asyncio.Task):
             running.cancel()
 
