@@ -180,11 +180,15 @@ async def test_the_requesters_node_closing_stops_what_it_asked() -> None:
 HOSTS = {"a": "n1", "x": "n9"}
 
 
+TOLD: list[tuple[str, list[str]]] = []
+
+
 def _cancellations() -> tuple[Cancellations, list[tuple[str, str]], list[float]]:
     now = [100.0]
     receipts: list[tuple[str, str]] = []
+    TOLD.clear()
     return Cancellations(HOSTS.get, lambda: now[0], lambda kind, outcome, *_: receipts.append((kind, outcome)),
-                         Counter()), receipts, now
+                         Counter(), lambda node, ids: TOLD.append((node, ids))), receipts, now
 
 
 def test_only_the_requesters_node_may_cancel() -> None:
@@ -220,7 +224,9 @@ def test_a_node_that_left_has_its_requests_stopped() -> None:
     other = Message("query", "x", "b", "work", None, "c5", "x")
     cancels.started(mine, object(), "n1")
     cancels.started(other, object(), "n9")
-    cancels.departed("n1")
+    cancels.departed("n1", "expired")
+    assert not mine.cancelled, "a peer that went silent may be stalled: it gets its reply when back"
+    cancels.departed("n1", "left")
     assert mine.cancelled and not other.cancelled
     cancels.ended(mine)
     cancels.ended(other)
@@ -253,3 +259,21 @@ def test_ctrl_c_in_a_blocking_request_stops_the_remote_handler() -> None:
         finally:
             interrupter.join(10)
         assert cancelled.wait(10), "the handler went on after the caller's Ctrl-C"  # (the node still runs)
+
+
+def test_a_watch_is_answered_when_the_request_starts_or_at_once_if_it_runs() -> None:
+    cancels, _, now = _cancellations()
+    queued = Message("query", "a", "b", "work", None, "w1", "a")
+    cancels.watch("n1", ["w1"])
+    assert TOLD == []
+    cancels.starting(queued)
+    assert TOLD == [("n1", ["w1"])]
+    running = Message("query", "a", "b", "work", None, "w2", "a")
+    cancels.started(running, object(), "n1")
+    cancels.watch("n3", ["w2"])  # not the requester's node: not told
+    cancels.watch("n1", ["w2"])
+    assert TOLD[1:] == [("n1", ["w2"])]
+    cancels.watch("n1", ["w3"])
+    now[0] += EARLY_TTL + 1
+    cancels.starting(Message("query", "a", "b", "work", None, "w3", "a"))
+    assert len(TOLD) == 2, "a watch kept past its time is not answered"

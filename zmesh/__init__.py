@@ -24,7 +24,8 @@ Quick start::
     asyncio.run(main())
 
 Primitives (methods of :class:`Agent`): ``send``, ``request``, ``reply``,
-``delegate``, ``handoff``, ``subscribe``/``unsubscribe``, ``broadcast``.
+``delegate``, ``handoff``, ``subscribe``/``unsubscribe``, ``broadcast``; by
+capability: ``request_any``, ``send_any``, ``gather``/``gather_iter``.
 Around them on :class:`Node`: ``dead_letters``, ``observe``, ``registry``,
 ``events()``, ``stats()``. :mod:`zmesh.sync` offers the same surface without
 async/await. ``zmesh.run(main())`` runs an application like ``asyncio.run``
@@ -34,6 +35,7 @@ Errors::
 
     ZmeshError
     ├── AgentNotRegistered   no node in the mesh hosts that agent id
+    │   └── NoProvider       no agent in the mesh has that capability (request_any, gather)
     ├── AgentExists          the agent id is already taken somewhere in the mesh
     ├── NoHandler            the target agent has no handler for the topic
     ├── Timeout              no reply in time (also a built-in TimeoutError)
@@ -71,6 +73,7 @@ from .errors import (
     HandlerError,
     InvalidMessage,
     NoHandler,
+    NoProvider,
     NodeClosed,
     PeerLost,
     SecurityError,
@@ -79,7 +82,7 @@ from .errors import (
     ZmeshError,
 )
 from .liveness import LivenessConfig
-from .message import Message, new_id
+from .message import GatherReply, Message, new_id
 from .node import Node, current_trace_id, trace_context
 from .observer import Receipt
 from .registry import AgentInfo, MeshEvent, NodeRecord, Registry
@@ -100,6 +103,7 @@ __all__ = [
     "DeadLetter",
     "DeadLetters",
     "FakeClock",
+    "GatherReply",
     "Handoff",
     "HandoffResult",
     "HandlerError",
@@ -108,6 +112,7 @@ __all__ = [
     "MeshEvent",
     "Message",
     "NoHandler",
+    "NoProvider",
     "Node",
     "NodeClosed",
     "NodeRecord",

@@ -9,6 +9,8 @@ from ._runtime.agent_port import AgentHost
 from ._runtime.envelopes import envelope_message
 from ._runtime.handoff import HANDOFF_TOPIC, Handoff, HandoffResult
 from ._runtime.routes import Routes
+from ._agent_capability import OWN_ID as _OWN_ID
+from ._agent_capability import CapabilityCalls
 from ._wire.names import check_capabilities
 from .errors import InvalidMessage, NodeClosed
 from .message import MESSAGE_TYPES, Message, check_options, new_request_id
@@ -27,11 +29,10 @@ Handler = Callable[[Message], Any]
 HandoffHandler = Callable[["Handoff"], Union[bool, Awaitable[bool]]]
 H = TypeVar("H", bound=Callable[..., Any])
 
-_OWN_ID = "\x00own-id"  # sentinel: correlate by the message's own id
 _SENDABLE_TYPES = frozenset(t for t in MESSAGE_TYPES if t != "result")
 
 
-class Agent:
+class Agent(CapabilityCalls):
     """An agent hosted by a node. Create with ``node.agent("id")``."""
 
     def __init__(

@@ -6,6 +6,7 @@ boundary and never reach callers raw::
 
     ZmeshError
     ├── AgentNotRegistered   no node in the mesh hosts that agent id
+    │   └── NoProvider       no agent in the mesh has that capability
     ├── AgentExists          the agent id is already taken somewhere in the mesh
     ├── NoHandler            the target agent has no handler for the topic
     ├── Timeout              no reply in time (also a built-in and asyncio TimeoutError)
@@ -27,6 +28,7 @@ import sys
 __all__ = [
     "ZmeshError",
     "AgentNotRegistered",
+    "NoProvider",
     "AgentExists",
     "NoHandler",
     "Timeout",
@@ -47,6 +49,10 @@ class ZmeshError(Exception):
 
 class AgentNotRegistered(ZmeshError):
     """No node in the mesh hosts the target agent id."""
+
+
+class NoProvider(AgentNotRegistered):
+    """No agent in the mesh declares the capability asked for (``request_any``, ``gather``)."""
 
 
 class AgentExists(ZmeshError):

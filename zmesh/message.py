@@ -29,6 +29,7 @@ __all__ = [
     "iso_timestamp",
     "parse_timestamp",
     "CANCELLED_REQUESTS",
+    "GatherReply",
 ]
 
 #: Version of the JSON envelope written by :meth:`Message.to_envelope`, as
@@ -303,3 +304,26 @@ def parse_timestamp(text: str) -> float:
     if whole >= 0:
         return float(f"{whole}.{fraction}")
     return whole + float(f"0.{fraction}")
+
+
+@dataclass(frozen=True, slots=True)
+class GatherReply:
+    """One provider's answer to :meth:`zmesh.Agent.gather`: its ``reply``, or
+    the ``error`` its request ended with (Timeout for one that did not answer
+    in time, HandlerError, PeerLost, ...)."""
+
+    sender: str
+    reply: Message | None = None
+    error: Exception | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def payload(self) -> Any:
+        """The reply's payload; the error raised for a provider that failed."""
+        if self.error is not None:
+            raise self.error
+        assert self.reply is not None
+        return self.reply.payload

@@ -33,6 +33,8 @@ SEED_RETRY_MAX = 10.0
 SEED_SILENT_HELLOS = 3  # a seed that has not answered this many HELLOs (2.5 s) is warned about, once
 DISCOVERED_PATIENCE = 10.0  # an endpoint heard of second-hand is not knocked on forever
 LOST_PATIENCE = 300.0  # a peer that went silent is knocked on this long (a cut link may heal)
+#: The ``peer_left`` detail of a peer that went silent: it may only have stalled, and come back.
+SILENT_DETAIL = "expired"
 REDISCOVER_MIN = 10.0  # while knocking on a lost peer, refresh discovery after this ...
 REDISCOVER_MAX = 60.0  # ... doubling up to this
 MAX_READY_KEYS = 1024  # subscribers seen before their HELLO, remembered at most

@@ -10,7 +10,7 @@ from .._wire.codec import Ping, encode_control
 from .._wire.names import printable
 from ..registry import MeshEvent
 from . import admission
-from .config import REDISCOVER_MAX, REDISCOVER_MIN, SEED_RETRY_MAX, SEED_SILENT_HELLOS
+from .config import REDISCOVER_MAX, REDISCOVER_MIN, SEED_RETRY_MAX, SEED_SILENT_HELLOS, SILENT_DETAIL
 from .effects import EVENT, REDISCOVER
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def tick(members: Members, now: float) -> None:
                 # sent is still unread, and the next tick comes after it is read.
                 silence = 0.0
             if silence >= config.expire_after:
-                members.remove(peer, "silent", "expired", now)
+                members.remove(peer, "silent", SILENT_DETAIL, now)
                 continue
             if silence >= config.evasive_after and peer.state == "joined":
                 members.move(peer, "quiet")

@@ -4,10 +4,11 @@ side of it, made of the dispatch's methods and the node's own."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Protocol
 
 from ..clock import Clock
-from ..message import Message
+from ..message import GatherReply, Message
+from . import routing
 
 if TYPE_CHECKING:
     from .dispatch import Dispatch
@@ -39,6 +40,14 @@ class AgentHost(Protocol):
 
     async def request(self, msg: Message, timeout: float, kind: str) -> Message: ...
 
+    async def request_any(self, capability: str, make: Callable[[str], Message], timeout: float,
+                          idempotent: bool) -> Message: ...
+
+    async def send_any(self, capability: str, make: Callable[[str], Message], timeout: float | None) -> Message: ...
+
+    def gather_iter(self, capability: str, make: Callable[[str], Message], timeout: float,
+                    want: int | None) -> AsyncIterator[GatherReply]: ...
+
     def reply(self, request: Message, status: str, payload: Any) -> None: ...
 
     def broadcast(self, msg: Message) -> int: ...
@@ -66,12 +75,24 @@ class AgentPort:
         self.send_now = dispatch.send_now
         self.send = dispatch.send
         self.request = dispatch.request
+        self._dispatch = dispatch
         self.reply = dispatch.reply
         self.broadcast = dispatch.broadcast
         self.changed = changed
         self.remove = remove
         self._is_closed = is_closed
         self._settled = settled
+
+    async def request_any(self, capability: str, make: Callable[[str], Message], timeout: float,
+                          idempotent: bool) -> Message:
+        return await routing.request_any(self._dispatch, capability, make, timeout, idempotent)
+
+    async def send_any(self, capability: str, make: Callable[[str], Message], timeout: float | None) -> Message:
+        return await routing.send_any(self._dispatch, capability, make, timeout)
+
+    def gather_iter(self, capability: str, make: Callable[[str], Message], timeout: float,
+                    want: int | None) -> AsyncIterator[GatherReply]:
+        return routing.gather_iter(self._dispatch, capability, make, timeout, want)
 
     @property
     def closed(self) -> bool:

@@ -1,10 +1,16 @@
-"""Stopping a request's handler once its requester no longer waits (internal).
+"""What a requester's node says about a request after sending it (internal):
+*stop it* (a cancel) and *tell me when it starts* (a watch, for
+``request_any``'s failover).
+
+Stopping a request's handler once its requester no longer waits:
 
 A requester whose ``request`` (or ``delegate``) is cancelled or times out
 tells the node hosting the target: a one-way ``zmesh.cancel`` message from
 its node address to that node's, its payload the correlation ids. A node
-whose peer left (or restarted) does the same by itself for every request
-that peer sent. On the handler's node (:class:`Cancellations`):
+whose peer left (said goodbye, lost its connection: a process that died)
+or restarted does the same by itself for every request that peer sent; not
+for a peer that only went silent, which may be a stalled loop that comes
+back for its replies. On the handler's node (:class:`Cancellations`):
 
 * a request still waiting in its agent's inbox, or not arrived yet (a broker
   may deliver the cancel first), is dropped when it is taken: never handled;
@@ -19,6 +25,12 @@ pending requests are cancelled with its Task, so its node sends cancels on.
 
 Only the requester's node may cancel: a cancel is honoured when it comes
 from the node that hosts the request's sender.
+
+A watch (``zmesh.watch``, the same shape) asks the handler's node to say
+when the request's handler starts: it answers ``zmesh.started`` with the
+ids, once the handler starts or at once if it runs already (A2A's
+*working*). What it is sent for a request not seen yet is kept as a cancel
+is.
 """
 
 from __future__ import annotations
@@ -27,13 +39,18 @@ import asyncio
 from collections import Counter
 from typing import Any, Callable
 
+from .._engine.config import SILENT_DETAIL
 from .._wire.names import node_address
 from ..message import CANCELLED_REQUESTS, Message
 
-__all__ = ["CANCEL_TOPIC", "Cancellations", "cancel_message", "cancelled_ids", "MAX_IDS", "EARLY_TTL", "MAX_EARLY"]
+__all__ = ["CANCEL_TOPIC", "WATCH_TOPIC", "STARTED_TOPIC", "Cancellations", "node_message", "cancelled_ids",
+           "MAX_IDS", "EARLY_TTL", "MAX_EARLY"]
 
 #: The topic of a cancel, between node addresses.
 CANCEL_TOPIC = "zmesh.cancel"
+#: "Tell me when these start", and the answer.
+WATCH_TOPIC = "zmesh.watch"
+STARTED_TOPIC = "zmesh.started"
 #: Correlation ids one cancel message carries at most (more: more messages).
 MAX_IDS = 256
 #: A cancel for a request not seen yet is kept this long (s) ...
@@ -42,9 +59,10 @@ EARLY_TTL = 60.0
 MAX_EARLY = 10_000
 
 
-def cancel_message(node_id: str, target_node: str, ids: list[str]) -> Message:
+def node_message(node_id: str, target_node: str, topic: str, ids: list[str]) -> Message:
+    """A one-way message about requests ``ids``, from node ``node_id`` to node ``target_node``."""
     me = node_address(node_id)
-    return Message("notify", me, node_address(target_node), CANCEL_TOPIC, ids, "", "", 0)
+    return Message("notify", me, node_address(target_node), topic, ids, "", "", 0)
 
 
 def cancelled_ids(msg: Message) -> list[str] | None:
@@ -64,8 +82,12 @@ class Cancellations:
     """The request handlers of one node that a cancel can reach."""
 
     def __init__(self, node_of: Callable[[str], str | None], now: Callable[[], float],
-                 receipt: Callable[[str, str, float, Message], None], stats: Counter[str]) -> None:
+                 receipt: Callable[[str, str, float, Message], None], stats: Counter[str],
+                 tell_started: Callable[[str, list[str]], None]) -> None:
         self._node_of = node_of  # the registry's: which node hosts an agent now
+        self._tell_started = tell_started  # (node, ids): send it zmesh.started
+        #: Watches for requests not started yet: correlation id -> (the node to tell, until when).
+        self.watched: dict[str, tuple[str, float]] = {}
         self._now = now
         self._receipt = receipt
         self.running: dict[str, _Running] = {}
@@ -116,14 +138,34 @@ class Cancellations:
         for corr in ids:
             entry = self.running.get(corr)
             if entry is None:
-                self._remember(corr, by, now)
+                self._keep(self.early, corr, by, now)
             elif self._node_of(entry[1].sender) == by:
                 self._stop(entry, now)
             else:
                 self.stats["cancel_refused"] += 1  # not the requester's node: spoofed, or a stale record
 
-    def departed(self, node_id: str) -> None:
-        """Node ``node_id`` left or restarted: nobody waits for what it asked any more."""
+    def watch(self, by: str, ids: list[str]) -> None:
+        """Node ``by`` asks to be told when the requests ``ids`` it sent start."""
+        now = self._now()
+        for corr in ids:
+            entry = self.running.get(corr)
+            if entry is None:
+                self._keep(self.watched, corr, by, now)
+            elif self._node_of(entry[1].sender) == by:
+                self._tell_started(by, [corr])
+
+    def starting(self, msg: Message) -> None:
+        """Request ``msg``'s handler is about to run: tell whoever watches it."""
+        watch = self.watched.pop(msg.correlation_id, None)
+        if watch is not None and self._now() <= watch[1] and self._node_of(msg.sender) == watch[0]:
+            self._tell_started(watch[0], [msg.correlation_id])
+
+    def departed(self, node_id: str, detail: str) -> None:
+        """Node ``node_id`` left (``detail``: why) or restarted: nobody waits for what
+        it asked any more. But for one that only went silent: its loop may be
+        stalled, and it gets its replies once it is back (the engine keeps them)."""
+        if detail == SILENT_DETAIL:
+            return
         now = self._now()
         for entry in list(self.running.values()):
             if entry[2] == node_id:
@@ -136,6 +178,7 @@ class Cancellations:
         self.running.clear()
         self.stopped.clear()
         self.early.clear()
+        self.watched.clear()
 
     def _stop(self, entry: _Running, now: float) -> None:
         running, msg, _ = entry
@@ -147,11 +190,11 @@ class Cancellations:
         if isinstance(running, asyncio.Task):
             running.cancel()
 
-    def _remember(self, corr: str, by: str, now: float) -> None:
-        early = self.early
-        if corr in early:
+    def _keep(self, kept: dict[str, tuple[str, float]], corr: str, by: str, now: float) -> None:
+        if corr in kept:
             return
-        while len(early) >= MAX_EARLY:
-            early.pop(next(iter(early)))
-            self.stats["cancel_forgotten"] += 1
-        early[corr] = (by, now + EARLY_TTL)
+        while len(kept) >= MAX_EARLY:
+            kept.pop(next(iter(kept)))
+            if kept is self.early:
+                self.stats["cancel_forgotten"] += 1
+        kept[corr] = (by, now + EARLY_TTL)

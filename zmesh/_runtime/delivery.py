@@ -62,7 +62,8 @@ class Delivery:
         self.inboxes: dict[str, Inbox] = {}
         self._routes: dict[str, Routes] = {}  # each agent's on() handlers and subscriptions
         #: The request handlers a cancel can reach (see zmesh._runtime.cancel).
-        self.cancels = Cancellations(mesh.registry.node_of, self._clock.monotonic, dispatch.receipt, self.stats)
+        self.cancels = Cancellations(mesh.registry.node_of, self._clock.monotonic, dispatch.receipt, self.stats,
+                                     dispatch.tell_started)
         watch.on_departure(self.cancels.departed)
 
     # -- agents ------------------------------------------------------------
@@ -155,6 +156,8 @@ class Delivery:
                 msg, self._mesh.registry.node_of(msg.sender)):
             self._settled(entry)
             return
+        if entry.request and self.cancels.watched:
+            self.cancels.starting(msg)
         if entry.request and msg.topic == HANDOFF_TOPIC and msg.type == "task":
             self._offer_handoff(agent, inbox, entry)
             return

@@ -26,7 +26,8 @@ from ..errors import (
 from ..message import Message, new_trace_id
 from ..observer import Observer, Receipt
 from .._wire.names import NODE_ADDRESS_PREFIX, printable
-from .cancel import CANCEL_TOPIC, cancel_message, cancelled_ids
+from .cancel import CANCEL_TOPIC, STARTED_TOPIC, WATCH_TOPIC, cancelled_ids, node_message
+from .routing import Providers
 from .context import trace_var
 from .delivery import Delivery
 from .config import RuntimeConfig
@@ -76,6 +77,8 @@ class Dispatch:
         self.tasks = HandlerTasks(config.workers, config.node_id)
         self.stats: Counter[str] = Counter()
         self.dead_letters = DeadLetters(config.dead_letter_capacity, self._redeliver)
+        #: request_any's side: what is outstanding at each provider, which requests started.
+        self.providers = Providers()
         self.delivery = self._make_delivery()
         #: MeshSink.deliver: the delivery's own method, one call per message, not two.
         self.deliver = self.delivery.deliver
@@ -343,33 +346,63 @@ class Dispatch:
         return reached
 
     def node_message(self, msg: Message, origin: str) -> None:
-        """A message for the node itself: a ``zmesh.stats`` request is answered, a cancel carried out."""
-        if msg.topic == CANCEL_TOPIC:
+        """A message for the node itself: a ``zmesh.stats`` request is answered;
+        a cancel, a watch or a started notice about requests carried out."""
+        topic = msg.topic
+        if topic == CANCEL_TOPIC or topic == WATCH_TOPIC or topic == STARTED_TOPIC:
             self._mesh.taken(origin, msg.target)
             ids = cancelled_ids(msg)
             if ids is None or not msg.sender.startswith(NODE_ADDRESS_PREFIX):
-                self._mesh.drop("malformed", "cancel", f"from {printable(msg.sender)}")
+                self._mesh.drop("malformed", topic, f"from {printable(msg.sender)}")
                 return
-            self.delivery.cancels.cancel(msg.sender[len(NODE_ADDRESS_PREFIX):], ids)
+            self._about_requests(topic, msg.sender[len(NODE_ADDRESS_PREFIX):], ids)
             return
         answer(self._mesh, self.dead, self._node_stats, self.config.node_id, msg, origin)
 
-    def cancel_remote(self, msg: Message) -> None:
-        """The requester of ``msg`` no longer waits: stop its handler, wherever it runs."""
-        mesh = self._mesh
-        node = mesh.registry.node_of(msg.target)
-        if node is None or not msg.correlation_id:
-            return  # its node left: it stops the handler itself (zmesh._runtime.cancel)
+    def _about_requests(self, topic: str, node: str, ids: list[str]) -> None:
+        if topic == CANCEL_TOPIC:
+            self.delivery.cancels.cancel(node, ids)
+        elif topic == WATCH_TOPIC:
+            self.delivery.cancels.watch(node, ids)
+        else:
+            self.providers.started_notice(ids)
+
+    def tell(self, node: str, topic: str, ids: list[str]) -> None:
+        """Tell node ``node`` (this one included) ``topic`` about requests ``ids``."""
         if node == self.config.node_id:
-            self.delivery.cancels.cancel(node, [msg.correlation_id])
+            self._about_requests(topic, node, ids)
             return
-        cancel = cancel_message(self.config.node_id, node, [msg.correlation_id])
-        route = mesh.route(cancel.target)
+        mesh = self._mesh
+        note = node_message(self.config.node_id, node, topic, ids)
+        route = mesh.route(note.target)
         if route:
             try:
-                mesh.send(cancel, route, mesh.now())
-            except ZmeshError as exc:  # closing, or the mesh cannot carry it: the handler runs to its end
-                log.debug("zmesh %s: could not cancel %s: %s", self.config.node_id, msg.correlation_id, exc)
+                mesh.send(note, route, mesh.now())
+            except ZmeshError as exc:  # closing, or the mesh cannot carry it now
+                log.debug("zmesh %s: could not tell %s %s: %s", self.config.node_id, node, topic, exc)
+
+    def registry_find(self, capability: str) -> list[str]:
+        return self._mesh.registry.find(capability)
+
+    def window_open(self, agent_id: str) -> bool:
+        """May one more message go to ``agent_id`` now (flow control)?"""
+        return bool(self._mesh.admit(agent_id))
+
+    def tell_started(self, node: str, ids: list[str]) -> None:
+        self.tell(node, STARTED_TOPIC, ids)
+
+    def cancel_remote(self, msg: Message) -> None:
+        """The requester of ``msg`` no longer waits: stop its handler, wherever it runs."""
+        node = self._mesh.registry.node_of(msg.target)
+        if node is not None and msg.correlation_id:  # (its node left: it stops the handler itself)
+            self.tell(node, CANCEL_TOPIC, [msg.correlation_id])
+
+    def watch_start(self, msg: Message) -> None:
+        """Ask the node hosting ``msg``'s target to say when its handler starts."""
+        node = self._mesh.registry.node_of(msg.target)
+        if node is not None:
+            self.providers.watching.add(msg.correlation_id)
+            self.tell(node, WATCH_TOPIC, [msg.correlation_id])
 
     # -- dead letters and receipts ---------------------------------------
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import AgentNotRegistered, Backpressure, HandlerError, NoHandler, PeerLost, Timeout, ZmeshError
+from ..errors import (AgentNotRegistered, Backpressure, HandlerError, NoHandler, NoProvider, PeerLost, Timeout,
+                      ZmeshError)
 from ..message import Message
 
 __all__ = ["error_payload", "reply_error"]
 
 _KINDS: dict[str, type[ZmeshError]] = {
-    cls.__name__: cls for cls in (PeerLost, Timeout, AgentNotRegistered, NoHandler, Backpressure)
+    cls.__name__: cls for cls in (PeerLost, Timeout, AgentNotRegistered, NoProvider, NoHandler, Backpressure)
 }
 
 

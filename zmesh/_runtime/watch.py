@@ -32,7 +32,7 @@ class Watch:
         self.stats: Counter[str] = Counter()
         #: When (``time.monotonic()``) a peer last joined (or rejoined, restarted).
         self.last_joined = -math.inf
-        self._departures: list[Callable[[str], None]] = []
+        self._departures: list[Callable[[str, str], None]] = []
 
     def events(self, maxsize: int) -> AsyncIterator[MeshEvent]:
         queue: asyncio.Queue[MeshEvent] = asyncio.Queue(maxsize)
@@ -51,8 +51,8 @@ class Watch:
 
         return iterate()
 
-    def on_departure(self, callback: Callable[[str], None]) -> None:
-        """Call ``callback(node_id)`` when a peer leaves or restarts (what it had asked, nobody waits for)."""
+    def on_departure(self, callback: Callable[[str, str], None]) -> None:
+        """Call ``callback(node_id, detail)`` when a peer leaves or restarts (``detail``: the event's)."""
         self._departures.append(callback)
 
     def emit(self, event: MeshEvent) -> None:
@@ -61,7 +61,7 @@ class Watch:
             self.last_joined = time.monotonic()
         if (event.kind == "peer_left" or event.kind == "peer_restarted") and event.node_id != self._node_id:
             for callback in self._departures:
-                callback(event.node_id)
+                callback(event.node_id, event.detail if event.kind == "peer_left" else "restarted")
         for queue in self._queues:
             if queue.full():
                 queue.get_nowait()

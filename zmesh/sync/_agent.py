@@ -6,12 +6,12 @@ import asyncio
 import concurrent.futures
 import contextvars
 from types import FunctionType
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Protocol, TypeVar, cast
 
 from .._runtime.handlers import THREAD
 from ..agent import Agent as _AsyncAgent
 from ..agent import Handler, HandoffHandler, HandoffResult
-from ..message import Message
+from ..message import GatherReply, Message
 from ..topics import check_pattern
 from ._loop import LoopThread
 
@@ -179,6 +179,82 @@ class Agent:
     def reply(self, request: Message, payload: Any = None) -> None:
         self._wait(self._agent.reply(request, payload))
 
+    # -- by capability -----------------------------------------------------
+
+    def request_any(
+        self,
+        capability: str,
+        topic: str,
+        payload: Any = None,
+        *,
+        timeout: float = 30.0,
+        idempotent: bool = False,
+        qos: int = 0,
+        priority: int = 3,
+        type: str = "query",
+        trace_id: str | None = None,
+    ) -> Message:
+        return self._wait(self._agent.request_any(
+            capability, topic, payload, timeout=timeout, idempotent=idempotent, qos=qos, priority=priority,
+            type=type, trace_id=trace_id,
+        ))
+
+    def send_any(
+        self,
+        capability: str,
+        topic: str,
+        payload: Any = None,
+        *,
+        qos: int = 0,
+        priority: int = 3,
+        ttl: float | None = None,
+        type: str = "notify",
+        trace_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Message:
+        return self._wait(self._agent.send_any(
+            capability, topic, payload, qos=qos, priority=priority, ttl=ttl, type=type, trace_id=trace_id,
+            timeout=timeout,
+        ))
+
+    def gather(
+        self,
+        capability: str,
+        topic: str,
+        payload: Any = None,
+        *,
+        timeout: float = 30.0,
+        want: int | None = None,
+        qos: int = 0,
+        priority: int = 3,
+        type: str = "query",
+        trace_id: str | None = None,
+    ) -> list[GatherReply]:
+        return self._wait(self._agent.gather(
+            capability, topic, payload, timeout=timeout, want=want, qos=qos, priority=priority, type=type,
+            trace_id=trace_id,
+        ))
+
+    def gather_iter(
+        self,
+        capability: str,
+        topic: str,
+        payload: Any = None,
+        *,
+        timeout: float = 30.0,
+        want: int | None = None,
+        qos: int = 0,
+        priority: int = 3,
+        type: str = "query",
+        trace_id: str | None = None,
+    ) -> Iterator[GatherReply]:
+        """:meth:`gather`, each answer as it comes (a blocking iterator)."""
+        answers = self._agent.gather_iter(
+            capability, topic, payload, timeout=timeout, want=want, qos=qos, priority=priority, type=type,
+            trace_id=trace_id,
+        )
+        return _blocking(self._wait, answers)
+
     # -- handoff ---------------------------------------------------------
 
     @property
@@ -232,3 +308,23 @@ class Agent:
 
 Agent.__module__ = "zmesh.sync"  # where users import it from, and what its repr should say
 copy_docs(Agent, _AsyncAgent)
+
+
+def _blocking(wait: Callable[[Coroutine[Any, Any, Any]], Any], items: AsyncIterator[T]) -> Iterator[T]:
+    """``items`` read one by one on the node's loop, from a thread that blocks."""
+    async def next_item() -> T:
+        return await items.__anext__()
+
+    async def close() -> None:
+        aclose = getattr(items, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    try:
+        while True:
+            try:
+                yield wait(next_item())
+            except StopAsyncIteration:
+                return
+    finally:
+        wait(close())
