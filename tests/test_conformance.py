@@ -98,14 +98,14 @@ def reasons(node: zmesh.Node) -> list[str]:
 
 PUBLIC_NAMES = {
     "AddressInUse", "Agent", "AgentExists", "AgentInfo", "AgentNotRegistered", "Backpressure", "Clock", "DEFERRED",
-    "DeadLetter", "DeadLetters", "FakeClock", "Handoff", "HandoffResult", "HandlerError",
-    "InvalidMessage", "LivenessConfig", "MeshEvent", "Message", "NoHandler", "Node",
+    "DeadLetter", "DeadLetters", "FakeClock", "GatherReply", "Handoff", "HandoffResult", "HandlerError",
+    "InvalidMessage", "LivenessConfig", "MeshEvent", "Message", "NoHandler", "NoProvider", "Node",
     "NodeClosed", "NodeRecord", "PeerLost", "Receipt", "Registry", "SecurityError", "SystemClock", "Timeout",
     "Transport", "TransportError", "ZmeshError", "current_trace_id", "keygen", "new_id", "run", "trace_context",
 }
 
 ERRORS = [
-    "AgentNotRegistered", "AgentExists", "NoHandler", "Timeout", "InvalidMessage",
+    "AgentNotRegistered", "NoProvider", "AgentExists", "NoHandler", "Timeout", "InvalidMessage",
     "HandlerError", "PeerLost", "Backpressure", "TransportError", "AddressInUse", "SecurityError", "NodeClosed",
 ]
 

@@ -338,3 +338,59 @@ async def test_a_requester_killed_mid_request_has_its_handler_cancelled(procs: P
         assert cancelled[0] - killed < FAST.expire_after + 3
         with pytest.raises(zmesh.PeerLost):
             await asking
+
+
+def _ran(log: "os.PathLike[str]") -> tuple[set[int], list[int]]:
+    """What a provider's log says: payloads started, payloads done (a list: twice is twice)."""
+    try:
+        with open(log) as f:
+            lines = f.read().split()
+    except FileNotFoundError:
+        return set(), []
+    pairs = list(zip(lines[::2], lines[1::2]))
+    return {int(n) for w, n in pairs if w == "start"}, [int(n) for w, n in pairs if w == "done"]
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+async def test_request_any_survives_a_provider_sigkilled_mid_burst(procs: Procs, tmp_path: "os.PathLike[str]",
+                                                                  idempotent: bool) -> None:
+    from pathlib import Path
+
+    logs = {name: Path(tmp_path) / f"{name}.log" for name in ("p1", "p2", "p3")}
+    async with zmesh.Node(procs.mesh, name="ctl-node", discovery=False, liveness=FAST) as node:
+        ctl = node.agent("ctl")
+        children = {}
+        for name, log in logs.items():
+            proc = subprocess.Popen([sys.executable, "-m", "tests._any_provider", name, procs.mesh, node.endpoint,
+                                     str(log)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                    env={**os.environ, "ZMESH_INTERFACES": "127.0.0.1"})
+            procs.all.append(proc)
+            children[name] = proc
+        for proc in children.values():
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        await node.wait_for_agents("p1", "p2", "p3", timeout=20)
+        total = 500
+        asked = [asyncio.ensure_future(ctl.request_any("crunch", "crunch", n, timeout=30, idempotent=idempotent))
+                 for n in range(total)]
+        await wait_for(lambda: sum(t.done() for t in asked) >= 100, 20, "a fifth of the burst answered")
+        children["p1"].send_signal(signal.SIGKILL)
+        outcomes = await asyncio.gather(*asked, return_exceptions=True)
+
+    started_p1, done_p1 = _ran(logs["p1"])
+    survivors_started: set[int] = set()
+    survivors_done: list[int] = []
+    for name in ("p2", "p3"):
+        started, done = _ran(logs[name])
+        survivors_started |= started
+        survivors_done += done
+    assert len(survivors_done) == len(set(survivors_done)), "a request completed twice among the survivors"
+    failed = [n for n, o in enumerate(outcomes) if not isinstance(o, zmesh.Message)]
+    assert all(isinstance(outcomes[n], zmesh.PeerLost) for n in failed), [outcomes[n] for n in failed][:3]
+    assert [o.payload for o in outcomes if isinstance(o, zmesh.Message)] == [n for n in range(total) if n not in failed]
+    if idempotent:
+        assert failed == [], "with idempotent=True every request succeeds"
+    else:
+        assert set(failed) <= started_p1, "only requests whose handler had started on the killed provider fail"
+        assert not set(failed) & survivors_started, "a request that failed so ran nowhere else"
+    print(f"idempotent={idempotent}: {len(failed)} failed, p1 started {len(started_p1)} done {len(done_p1)}, "
+          f"survivors done {len(survivors_done)}")
