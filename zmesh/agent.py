@@ -371,7 +371,9 @@ class Agent(CapabilityCalls):
         again to the same pattern is still one subscription, taken by the
         handler given last. Returns once every peer has acknowledged the
         subscription (or after the node's settle timeout), so a broadcast
-        from any current member counts this agent.
+        from any current member counts this agent. A new subscription gets
+        the mesh's retained values on matching topics first (the newest of
+        each; see ``broadcast(retain=True)``), before any live broadcast.
         """
         check_pattern(pattern)
         entry = None
@@ -382,9 +384,16 @@ class Agent(CapabilityCalls):
         subscriptions = self._routes.subscriptions
         new = pattern not in subscriptions
         subscriptions[pattern] = entry
-        if new:
+        if not new:
+            await self._host.settled()
+            return
+        route = pattern if entry is not None else ""
+        self._host.hold_broadcasts(self.id, route)  # from now on, until its retained values came
+        try:
             self._host.changed(self)
-        await self._host.settled()
+            await self._host.settled()
+        finally:
+            await self._host.retained_first(self.id, pattern, route)
 
     async def unsubscribe(self, pattern: str) -> None:
         """Stop receiving broadcasts on ``pattern``; its handler (if any) goes with it."""
@@ -405,13 +414,19 @@ class Agent(CapabilityCalls):
         priority: int = 3,
         ttl: float | None = None,
         trace_id: str | None = None,
+        retain: bool = False,
     ) -> int:
         """Publish to every agent subscribed to ``topic``; returns how many it reached.
 
         The count is the number of subscribed agents (other than this one)
-        known to this node at publish time.
+        known to this node at publish time. With ``retain``, this node also
+        keeps it as the topic's last value, which every later subscription
+        on a matching pattern gets first (until its ``ttl`` runs out, this
+        node leaves, or a retained broadcast with a None payload clears it).
         """
         msg = self._message("", topic, payload, "notify", priority, 0, ttl, trace_id)
+        if retain:
+            self._host.retain(msg)
         return self._host.broadcast(msg)
 
     async def close(self) -> None:

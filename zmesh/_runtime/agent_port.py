@@ -8,12 +8,15 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Protocol
 
 from ..clock import Clock
 from ..message import GatherReply, Message
-from . import routing
+from . import retained, routing
 
 if TYPE_CHECKING:
     from .dispatch import Dispatch
 
-__all__ = ["AgentHost", "AgentPort"]
+__all__ = ["AgentHost", "AgentPort", "RETAINED_WAIT"]
+
+#: Seconds a new subscription waits at most for a node's retained values.
+RETAINED_WAIT = 2.0
 
 
 class AgentHost(Protocol):
@@ -51,6 +54,12 @@ class AgentHost(Protocol):
     def reply(self, request: Message, status: str, payload: Any) -> None: ...
 
     def broadcast(self, msg: Message) -> int: ...
+
+    def retain(self, msg: Message) -> None: ...
+
+    def hold_broadcasts(self, agent_id: str, route: str) -> None: ...
+
+    async def retained_first(self, agent_id: str, pattern: str, route: str) -> None: ...
 
     def changed(self, agent: Any) -> None: ...  # a zmesh.Agent (the runtime never imports it)
 
@@ -93,6 +102,20 @@ class AgentPort:
     def gather_iter(self, capability: str, make: Callable[[str], Message], timeout: float,
                     want: int | None) -> AsyncIterator[GatherReply]:
         return routing.gather_iter(self._dispatch, capability, make, timeout, want)
+
+    def retain(self, msg: Message) -> None:
+        self._dispatch.retained.put(msg)
+
+    def hold_broadcasts(self, agent_id: str, route: str) -> None:
+        self._dispatch.delivery.hold(agent_id, route)
+
+    async def retained_first(self, agent_id: str, pattern: str, route: str) -> None:
+        """Give a new subscription the mesh's retained values, then what was held back meanwhile."""
+        found: list[Message] = []
+        try:
+            found = await retained.fetch(self._dispatch, pattern, RETAINED_WAIT)
+        finally:
+            self._dispatch.delivery.release(agent_id, route, found)
 
     @property
     def closed(self) -> bool:

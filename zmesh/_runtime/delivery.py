@@ -42,6 +42,9 @@ __all__ = ["Delivery"]
 
 log = logging.getLogger("zmesh")
 
+#: What a retained value counts for in an inbox's byte limit (its size on the wire is not known here).
+_RETAINED_SIZE = 256
+
 
 class Delivery:
     #: May _start end a one-way message's inline handler without _handler_done? (Not when a subclass adds to it.)
@@ -61,6 +64,8 @@ class Delivery:
         self.stats = dispatch.stats
         self.inboxes: dict[str, Inbox] = {}
         self._routes: dict[str, Routes] = {}  # each agent's on() handlers and subscriptions
+        #: Broadcasts waiting for a new subscription's retained values: (agent, route) -> entries.
+        self.holding: dict[tuple[str, str], list[Entry]] = {}
         #: The request handlers a cancel can reach (see zmesh._runtime.cancel).
         self.cancels = Cancellations(mesh.registry.node_of, self._clock.monotonic, dispatch.receipt, self.stats,
                                      dispatch.tell_started)
@@ -93,7 +98,15 @@ class Delivery:
         if broadcast and agent is not None and inbox is not None:
             # One handler run per matching subscription, each its own inbox entry.
             for route in self._routes[agent_id].broadcast_routes(msg.topic):
-                self._accept(agent, inbox, Entry(msg, True, origin, size, False, route))
+                entry = Entry(msg, True, origin, size, False, route)
+                held = self.holding.get((agent_id, route)) if self.holding else None
+                if held is not None:  # a new subscription's retained values go first
+                    if len(held) < inbox.max_count:
+                        held.append(entry)
+                    else:
+                        self._overflow(agent_id, inbox, entry)
+                    continue
+                self._accept(agent, inbox, entry)
             return
         entry = Entry(msg, broadcast, origin, size, not broadcast and msg.correlation_id != "")
         if agent is None or inbox is None:
@@ -106,6 +119,24 @@ class Delivery:
             inbox.put(entry)
         else:
             self._overflow(agent_id, inbox, entry)
+
+    # -- retained values first -----------------------------------------------
+
+    def hold(self, agent_id: str, route: str) -> None:
+        """Keep broadcasts for ``agent_id``'s subscription ``route`` back until :meth:`release`."""
+        self.holding.setdefault((agent_id, route), [])
+
+    def release(self, agent_id: str, route: str, retained: list[Message]) -> None:
+        """Hand the subscription its ``retained`` values, then the broadcasts held back meanwhile."""
+        held = self.holding.pop((agent_id, route), [])
+        agent = self._agents.get(agent_id)
+        inbox = self.inboxes.get(agent_id)
+        if agent is None or inbox is None:
+            return
+        for msg in retained:
+            self._accept(agent, inbox, Entry(msg, True, "", _RETAINED_SIZE, False, route))
+        for entry in held:
+            self._accept(agent, inbox, entry)
 
     def _accept(self, agent: HostedAgent, inbox: Inbox, entry: Entry) -> None:
         """Start ``entry``'s handler now, or let it wait in the inbox, or drop it

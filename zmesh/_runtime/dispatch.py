@@ -25,8 +25,10 @@ from ..errors import (
 )
 from ..message import Message, new_trace_id
 from ..observer import Observer, Receipt
+from ..topics import check_pattern
 from .._wire.names import NODE_ADDRESS_PREFIX, printable
 from .cancel import CANCEL_TOPIC, STARTED_TOPIC, WATCH_TOPIC, cancelled_ids, node_message
+from .retained import RETAINED_TOPIC, RetainedStore, retained_answer
 from .routing import Providers
 from .context import trace_var
 from .delivery import Delivery
@@ -79,6 +81,8 @@ class Dispatch:
         self.dead_letters = DeadLetters(config.dead_letter_capacity, self._redeliver)
         #: request_any's side: what is outstanding at each provider, which requests started.
         self.providers = Providers()
+        #: The last value of each topic this node's agents broadcast with retain=True.
+        self.retained = RetainedStore()
         self.delivery = self._make_delivery()
         #: MeshSink.deliver: the delivery's own method, one call per message, not two.
         self.deliver = self.delivery.deliver
@@ -357,7 +361,20 @@ class Dispatch:
                 return
             self._about_requests(topic, msg.sender[len(NODE_ADDRESS_PREFIX):], ids)
             return
+        if topic == RETAINED_TOPIC and msg.correlation_id:
+            self._mesh.taken(origin, msg.target)
+            try:
+                pattern = check_pattern(msg.payload)
+            except InvalidMessage as exc:
+                self._mesh.reply(msg, "error", {"type": "InvalidMessage", "message": str(exc)[:200]})
+                return
+            self._mesh.reply(msg, "ok", retained_answer(self.retained.matching(pattern, self.config.clock.time())))
+            return
         answer(self._mesh, self.dead, self._node_stats, self.config.node_id, msg, origin)
+
+    def node_ids(self) -> list[str]:
+        """Every node in the registry, this one included."""
+        return [record.node_id for record in self._mesh.registry.nodes()]
 
     def _about_requests(self, topic: str, node: str, ids: list[str]) -> None:
         if topic == CANCEL_TOPIC:

@@ -299,8 +299,10 @@ class Agent:
         priority: int = 3,
         ttl: float | None = None,
         trace_id: str | None = None,
+        retain: bool = False,
     ) -> int:
-        return self._wait(self._agent.broadcast(topic, payload, priority=priority, ttl=ttl, trace_id=trace_id))
+        return self._wait(self._agent.broadcast(topic, payload, priority=priority, ttl=ttl, trace_id=trace_id,
+                                                retain=retain))
 
     def close(self) -> None:
         self._wait(self._agent.close())
