@@ -26,6 +26,8 @@ EVENT_KINDS = (
     "peer_refused",
     "agent_joined",
     "agent_left",
+    "subscribed",
+    "unsubscribed",
 )
 
 _MAX_AGENTS = 10_000
@@ -153,6 +155,17 @@ class MeshEvent:
     detail: str = ""
 
 
+def _subscription_events(node_id: str, old: Mapping[str, frozenset[str]],
+                         new: Mapping[str, frozenset[str]]) -> list[MeshEvent]:
+    """``subscribed``/``unsubscribed`` for each (agent, pattern) that came or went (``detail``: the pattern)."""
+    events = []
+    for agent_id in sorted(set(old) | set(new)):
+        before, after = old.get(agent_id, frozenset()), new.get(agent_id, frozenset())
+        events += [MeshEvent("unsubscribed", node_id, agent_id, p) for p in sorted(before - after)]
+        events += [MeshEvent("subscribed", node_id, agent_id, p) for p in sorted(after - before)]
+    return events
+
+
 class Registry:
     """This node's view of the mesh (its own record included)."""
 
@@ -258,6 +271,8 @@ class Registry:
         events += [
             MeshEvent("agent_joined", rec.node_id, a) for a in rec.agents if a not in old_agents
         ]
+        if old is None or rec.subs != old.subs:
+            events += _subscription_events(rec.node_id, {} if old is None else old.subs, rec.subs)
         self._reindex(old, rec)
         return events
 
