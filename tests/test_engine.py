@@ -254,6 +254,7 @@ def test_restart_replaces_the_old_incarnation_in_one_step() -> None:
     assert restarted is not None and 5.0 + window <= restarted <= 5.0 + window + LIVENESS.heartbeat / 2
     assert [e for _, e in net.events("a", since=5.0)] == [
         MeshEvent("peer_restarted", "b"), MeshEvent("agent_left", "b", "b1"), MeshEvent("agent_joined", "b", "b3"),
+        MeshEvent("subscribed", "b", "b3", "news.>"),  # the new run's agent comes with its subscription
     ]
     assert a.transitions[("joined", "restarted")] == 1
     [failed] = net.effects("a", fx.FAILED)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar, Union
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, TypeVar, Union
 
 from ._runtime.handlers import handler_mode
 from ._runtime.agent_port import AgentHost
@@ -12,6 +13,7 @@ from ._runtime.routes import Routes
 from ._agent_capability import OWN_ID as _OWN_ID
 from ._agent_capability import CapabilityCalls
 from ._wire.names import check_capabilities
+from .registry import check_meta
 from .errors import InvalidMessage, NodeClosed
 from .message import MESSAGE_TYPES, Message, check_options, new_request_id
 from .topics import _valid_topics as _checked_topics
@@ -36,12 +38,14 @@ class Agent(CapabilityCalls):
     """An agent hosted by a node. Create with ``node.agent("id")``."""
 
     def __init__(
-        self, node: Node, host: AgentHost, agent_id: str, capabilities: tuple[str, ...], routes: Routes
+        self, node: Node, host: AgentHost, agent_id: str, capabilities: tuple[str, ...], routes: Routes,
+        meta: Mapping[str, Any] | None = None,
     ) -> None:
         self.node = node
         self._host = host
         self.id = agent_id
         self._capabilities = capabilities
+        self._meta: Mapping[str, Any] = MappingProxyType(dict(meta or {}))
         self._routes = routes  # its on() handlers and its subscriptions (the node's delivery reads them too)
         #: The ``on()`` handler that takes a topic and where it runs ("async", "thread" or "inline").
         self.handler_entry: Callable[[str], tuple[Handler, str] | None] = routes.handler_entry
@@ -70,6 +74,21 @@ class Agent(CapabilityCalls):
             raise NodeClosed(f"agent {self.id!r} is closed")
         if caps != self._capabilities:
             self._capabilities = caps
+            self._host.changed(self)
+
+    @property
+    def meta(self) -> Mapping[str, Any]:
+        """What this agent shows the mesh of itself (``registry.agents()[id].meta``).
+        Assigning a new map republishes it, as for :attr:`capabilities`."""
+        return self._meta
+
+    @meta.setter
+    def meta(self, meta: Mapping[str, Any] | None) -> None:
+        checked = check_meta(dict(meta) if meta is not None else None)
+        if self._closed:
+            raise NodeClosed(f"agent {self.id!r} is closed")
+        if checked != dict(self._meta):
+            self._meta = MappingProxyType(checked)
             self._host.changed(self)
 
     # -- handlers --------------------------------------------------------

@@ -39,7 +39,7 @@ from .deadletters import DeadLetters
 from .errors import AgentExists, InvalidMessage, NodeClosed, Timeout, TransportError, ZmeshError
 from .liveness import LivenessConfig
 from .observer import Observer
-from .registry import MeshEvent, Registry
+from .registry import MeshEvent, Registry, check_meta
 from .security import TrustSpec, resolve_security, trust_store
 from .store import SqliteStore, Store
 from .transport import default_transport, make_transport, transport_class
@@ -345,6 +345,7 @@ class Node:
         concurrency: int = DEFAULT_CONCURRENCY,
         inbox_size: int = DEFAULT_INBOX,
         inbox_bytes: int = DEFAULT_INBOX_BYTES,
+        meta: Mapping[str, Any] | None = None,
     ) -> Agent:
         """Register an agent on this node; AgentExists if the id is taken mesh-wide.
 
@@ -357,16 +358,22 @@ class Node:
         wait for room (flow control), so only broadcasts to a subscriber
         that cannot keep up, or more senders than the inbox holds windows
         for, are ever dropped, and they are counted.
+
+        ``meta``: a small map the agent shows the mesh (``registry.agents()``),
+        e.g. its model or cost: at most 16 names, each value a string of at
+        most 256 characters, a number, a bool or None (``agent.meta = ...``
+        changes it).
         """
         self._check_open()
         caps = check_agent_options(agent_id, capabilities, concurrency, inbox_size, inbox_bytes)
+        own_meta = check_meta(meta)
         if agent_id in self._agents:
             raise AgentExists(f"agent {agent_id!r} is already registered on this node")
         other = self.registry.node_of(agent_id)
         if other is not None:
             raise AgentExists(f"agent {agent_id!r} is already registered on node {other!r}")
         routes = Routes()
-        agent = Agent(self, self._agent_port, agent_id, caps, routes)
+        agent = Agent(self, self._agent_port, agent_id, caps, routes, own_meta)
         self._agents[agent_id] = agent
         self._dispatch.delivery.add_agent(agent_id, routes, concurrency, inbox_size, inbox_bytes)
         self._agent_changed(agent)
@@ -379,7 +386,7 @@ class Node:
 
     def _agent_changed(self, agent: Agent) -> None:
         if self._agents.get(agent.id) is agent:
-            self._mesh.set_agent(agent.id, agent.capabilities, frozenset(agent.subscriptions))
+            self._mesh.set_agent(agent.id, agent.capabilities, frozenset(agent.subscriptions), agent.meta)
 
     def _remove_agent(self, agent_id: str) -> None:
         if self._agents.pop(agent_id, None) is not None:

@@ -11,12 +11,13 @@ join of every agent.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .errors import FrameError
 from .topics import matches
 
-__all__ = ["NodeRecord", "AgentInfo", "MeshEvent", "Registry", "parse_record", "EVENT_KINDS", "DEFAULT_MAX_PAYLOAD"]
+__all__ = ["NodeRecord", "AgentInfo", "MeshEvent", "Registry", "parse_record", "EVENT_KINDS", "DEFAULT_MAX_PAYLOAD",
+           "check_meta", "MAX_META_KEYS"]
 
 EVENT_KINDS = (
     "peer_joined",
@@ -54,6 +55,8 @@ class NodeRecord:
     pubs: tuple[str, ...] = ()
     #: The largest encoded message the node accepts (``Node(max_payload=...)``).
     max_payload: int = DEFAULT_MAX_PAYLOAD
+    #: Each agent's free-form ``meta`` (``node.agent(..., meta=...)``), for those that have one.
+    meta: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.routers:
@@ -75,6 +78,7 @@ class NodeRecord:
             "agents": {a: list(c) for a, c in self.agents.items()},
             "subs": {a: sorted(p) for a, p in self.subs.items()},
             "max_payload": self.max_payload,
+            **({"meta": {a: dict(m) for a, m in self.meta.items()}} if self.meta else {}),
         }
 
 
@@ -119,6 +123,10 @@ def parse_record(data: Any) -> NodeRecord:
         max_payload = data.get("max_payload", DEFAULT_MAX_PAYLOAD)
         if max_payload.__class__ is not int or max_payload < 1:
             raise FrameError("malformed", "record field max_payload")
+        meta_in = data.get("meta", {})
+        if meta_in.__class__ is not dict or not all(a in agents for a in meta_in):
+            raise FrameError("malformed", "record field meta")
+        meta = {a: check_meta(m, _malformed_meta) for a, m in meta_in.items()}
         return NodeRecord(
             routers=tuple(_str(e, "routers", 1024) for e in routers),
             pubs=tuple(_str(e, "pubs", 1024) for e in pubs),
@@ -132,9 +140,35 @@ def parse_record(data: Any) -> NodeRecord:
             agents=agents,
             subs=subs,
             max_payload=max_payload,
+            meta=meta,
         )
     except KeyError as exc:
         raise FrameError("malformed", f"record lacks {exc}") from None
+
+
+#: An agent's ``meta``: at most this many keys, each at most 64 characters; string values at most 256.
+MAX_META_KEYS = 16
+_META_VALUES = (str, int, float, bool, type(None))
+
+
+def check_meta(meta: object, error: Callable[[str], Exception] = ValueError) -> dict[str, Any]:
+    """An agent's ``meta`` as a plain dict; ``error`` unless it is a small map of
+    names to strings, numbers, booleans or None."""
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict) or len(meta) > MAX_META_KEYS:
+        raise error(f"meta must be a dict of at most {MAX_META_KEYS} entries, got {meta!r}"[:300])
+    for key, value in meta.items():
+        if not isinstance(key, str) or not key or len(key) > 64:
+            raise error(f"meta keys must be non-empty strings of at most 64 characters, got {key!r}"[:300])
+        if value.__class__ not in _META_VALUES or (isinstance(value, str) and len(value) > 256):
+            raise error(f"meta[{key!r}] must be a string (at most 256 characters), a number, a bool or None, "
+                        f"got {value!r}"[:300])
+    return dict(meta)
+
+
+def _malformed_meta(why: str) -> FrameError:
+    return FrameError("malformed", "record field meta")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +177,8 @@ class AgentInfo:
     node_id: str
     capabilities: tuple[str, ...]
     subscriptions: frozenset[str]
+    #: What the agent says of itself (``node.agent(..., meta=...)``): a small map, empty by default.
+    meta: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,11 +191,12 @@ class MeshEvent:
     detail: str = ""
 
 
-def _subscription_events(node_id: str, old: Mapping[str, frozenset[str]],
-                         new: Mapping[str, frozenset[str]]) -> list[MeshEvent]:
-    """``subscribed``/``unsubscribed`` for each (agent, pattern) that came or went (``detail``: the pattern)."""
+def _subscription_events(node_id: str, old: Mapping[str, frozenset[str]], new: Mapping[str, frozenset[str]],
+                         agents: Mapping[str, Any]) -> list[MeshEvent]:
+    """``subscribed``/``unsubscribed`` for each (agent, pattern) that came or went (``detail``: the
+    pattern); an agent that left says ``agent_left`` alone, one that came says ``subscribed`` too."""
     events = []
-    for agent_id in sorted(set(old) | set(new)):
+    for agent_id in sorted(set(new) | (set(old) & set(agents))):
         before, after = old.get(agent_id, frozenset()), new.get(agent_id, frozenset())
         events += [MeshEvent("unsubscribed", node_id, agent_id, p) for p in sorted(before - after)]
         events += [MeshEvent("subscribed", node_id, agent_id, p) for p in sorted(after - before)]
@@ -191,7 +228,7 @@ class Registry:
         for rec in self._records.values():
             for agent_id, caps in rec.agents.items():
                 out[agent_id] = AgentInfo(
-                    agent_id, rec.node_id, caps, rec.subs.get(agent_id, frozenset())
+                    agent_id, rec.node_id, caps, rec.subs.get(agent_id, frozenset()), rec.meta.get(agent_id, {})
                 )
         return out
 
@@ -272,7 +309,7 @@ class Registry:
             MeshEvent("agent_joined", rec.node_id, a) for a in rec.agents if a not in old_agents
         ]
         if old is None or rec.subs != old.subs:
-            events += _subscription_events(rec.node_id, {} if old is None else old.subs, rec.subs)
+            events += _subscription_events(rec.node_id, {} if old is None else old.subs, rec.subs, rec.agents)
         self._reindex(old, rec)
         return events
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from typing import Any
+from typing import Any, Mapping
 
 from .._wire import codec
 from .._wire.names import printable
@@ -67,6 +67,7 @@ class Engine(Commands):
         self.pubs: tuple[str, ...] = ()
         self.seq = 0
         self.agents: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+        self.agent_meta: dict[str, Mapping[str, Any]] = {}  # the agents that have one
         self.hold = False
         self.started = False
         self.closed = False
@@ -179,14 +180,21 @@ class Engine(Commands):
             agents={a: caps for a, (caps, _) in self.agents.items()},
             subs={a: subs for a, (_, subs) in self.agents.items() if subs},
             max_payload=self.max_payload,
+            meta=dict(self.agent_meta),
         )
 
-    def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str]) -> None:
-        """Host (or update) an agent; its capabilities and subscriptions go to every peer."""
+    def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str],
+                  meta: Mapping[str, Any] | None = None) -> None:
+        """Host (or update) an agent; its capabilities, subscriptions and meta go to every peer."""
         self.agents[agent_id] = (capabilities, subscriptions)
+        if meta:
+            self.agent_meta[agent_id] = meta
+        else:
+            self.agent_meta.pop(agent_id, None)
         self._record_changed()
 
     def remove_agent(self, agent_id: str) -> None:
+        self.agent_meta.pop(agent_id, None)
         if self.agents.pop(agent_id, None) is not None:
             self._record_changed()
 

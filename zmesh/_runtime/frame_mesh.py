@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any, Callable, Generic, Iterable, TypeVar
+from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 
 from .._engine import Engine, EngineConfig
 from ..clock import Clock
@@ -155,8 +155,9 @@ class FrameMesh(Driver, Generic[S]):
             self.engine.readmit(public_key, now)
         self.pump()
 
-    def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str]) -> None:
-        self.engine.set_agent(agent_id, capabilities, subscriptions)
+    def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str],
+                  meta: Mapping[str, Any] | None = None) -> None:
+        self.engine.set_agent(agent_id, capabilities, subscriptions, meta)
         self.pump()
 
     def remove_agent(self, agent_id: str) -> None:

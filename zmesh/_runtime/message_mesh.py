@@ -30,7 +30,7 @@ import logging
 import math
 import time
 from collections import Counter
-from typing import Any, Callable, Generic, Iterable, TypeVar
+from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 
 from .._engine import EngineConfig
 from .._engine.config import HEADER_ALLOWANCE, MAX_LOGGED_DROPS
@@ -162,8 +162,9 @@ class MessageMesh(Generic[S]):
     def trust_changed(self, admitted: frozenset[str], revoked: frozenset[str], started: bool) -> None:
         """Keys are the broker's business here (its own authentication)."""
 
-    def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str]) -> None:
-        self.records.set_agent(agent_id, capabilities, subscriptions)
+    def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str],
+                  meta: Mapping[str, Any] | None = None) -> None:
+        self.records.set_agent(agent_id, capabilities, subscriptions, meta)
 
     def remove_agent(self, agent_id: str) -> None:
         self.records.remove_agent(agent_id)

@@ -10,7 +10,7 @@ record's ``seq`` (a message on :data:`RECORD_SEEN` to its node address), so
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import msgpack
 
@@ -40,6 +40,7 @@ class Records:
         self.registry = Registry(config.node_id)
         #: Hosted agents: id -> (capabilities, subscriptions).
         self.agents: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+        self.agent_meta: dict[str, Mapping[str, Any]] = {}  # the agents that have one
         #: Whether the transport is started (addresses, patterns and records reach it).
         self.live = False
         #: Every record there was at start has been read.
@@ -68,15 +69,21 @@ class Records:
 
     # -- ours ------------------------------------------------------------
 
-    def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str]) -> None:
+    def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str],
+                  meta: Mapping[str, Any] | None = None) -> None:
         old = self.agents.get(agent_id)
         self.agents[agent_id] = (capabilities, subscriptions)
+        if meta:
+            self.agent_meta[agent_id] = meta
+        else:
+            self.agent_meta.pop(agent_id, None)
         if self.live and old is None:
             self.transport.listen(agent_id)
         self._repattern(old[1] if old is not None else frozenset(), subscriptions)
         self._changed()
 
     def remove_agent(self, agent_id: str) -> None:
+        self.agent_meta.pop(agent_id, None)
         old = self.agents.pop(agent_id, None)
         if old is None:
             return
@@ -105,6 +112,7 @@ class Records:
             agents={a: caps for a, (caps, _) in agents.items()},
             subs={a: subs for a, (_, subs) in agents.items() if subs},
             max_payload=config.max_payload,
+            meta=dict(self.agent_meta),
         )
 
     def _changed(self) -> None:

@@ -33,7 +33,7 @@ unchanged in :meth:`MeshPort.taken`, :meth:`MeshPort.handled` and
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from ..message import Message
 from ..registry import Registry
@@ -165,7 +165,8 @@ class MeshPort(Protocol):
         """Carry out whatever is pending."""
         ...
 
-    def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str]) -> None: ...
+    def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str],
+                  meta: Mapping[str, Any] | None = None) -> None: ...
 
     def remove_agent(self, agent_id: str) -> None: ...
 

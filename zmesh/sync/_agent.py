@@ -6,7 +6,8 @@ import asyncio
 import concurrent.futures
 import contextvars
 from types import FunctionType
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Protocol, TypeVar, cast
+from typing import (TYPE_CHECKING, Any, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Protocol,
+                    TypeVar, cast)
 
 from .._runtime.handlers import THREAD
 from ..agent import Agent as _AsyncAgent
@@ -99,6 +100,14 @@ class Agent:
     @capabilities.setter
     def capabilities(self, capabilities: Iterable[str]) -> None:
         self._loop.run(setattr, self._agent, "capabilities", tuple(capabilities))
+
+    @property
+    def meta(self) -> Mapping[str, Any]:
+        return self._agent.meta
+
+    @meta.setter
+    def meta(self, meta: Mapping[str, Any] | None) -> None:
+        self._loop.run(setattr, self._agent, "meta", meta)
 
     # -- handlers --------------------------------------------------------
 
