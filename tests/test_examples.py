@@ -45,9 +45,18 @@ EXPECTED = {
         "parent (root)           CLIENT   request draft.write  planner",
         "a draft about otters (checked)",
     ],
+    "review_swarm.py": [
+        "reviewers: {'ada': {'model': 'fast-model'}, 'bob': {'model': 'fast-model'}, 'cy': {'model': 'slow-model'}}",
+        "first two reviews from: ['ada', 'bob']",
+        "the slow reviewer was stopped: its model sent ",
+        "a request that timed out stopped its model too (",
+        "summaries by: ['sum1', 'sum2']",
+        "no translator: no agent in mesh 'reviews' has capability 'translate'",
+        "the late joiner read the plan at once: {'step': 3, 'todo': 'polish'}",
+    ],
 }
 #: Examples that need an extra, skipped only where it is not installed (the test extra installs it).
-NEEDS = {"tracing.py": "opentelemetry.sdk.trace"}
+NEEDS = {"tracing.py": "opentelemetry.sdk.trace", "review_swarm.py": "openai"}
 
 
 def test_every_example_is_checked() -> None:
