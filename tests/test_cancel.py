@@ -277,3 +277,35 @@ def test_a_watch_is_answered_when_the_request_starts_or_at_once_if_it_runs() -> 
     now[0] += EARLY_TTL + 1
     cancels.starting(Message("query", "a", "b", "work", None, "w3", "a"))
     assert len(TOLD) == 2, "a watch kept past its time is not answered"
+
+
+async def test_a_planner_cancels_the_work_it_delegated_by_the_request_id(transport: str) -> None:
+    async with Mesh(transport) as m:
+        n1, n2, n3 = await m.node(), await m.node(), await m.node()
+        ui, planner, worker = n1.agent("ui"), n2.agent("planner"), n3.agent("worker")
+        await m.converged()
+        handler = Stoppable()
+        worker.add_handler("work", handler)
+        stopped_at_planner: list[BaseException] = []
+
+        @planner.on("work")
+        async def plan(msg: Message) -> object:
+            try:
+                return await planner.delegate("worker", msg, timeout=20)
+            except asyncio.CancelledError as exc:
+                stopped_at_planner.append(exc)
+                return "stopped"
+
+        @planner.on("stop")
+        async def stop(msg: Message) -> bool:
+            return await planner.cancel(msg.payload)
+
+        asked = asyncio.ensure_future(ui.request("planner", "work", "job", timeout=20))
+        await wait_for(lambda: handler.started, 10, "the worker to start")
+        job_id = handler.started[0].correlation_id  # the ui's request id, kept down the delegate chain
+        assert (await ui.request("planner", "stop", job_id, timeout=10)).payload is True
+        await wait_for(lambda: handler.cancelled, 10, "the worker to be stopped")
+        assert (await asked).payload == "stopped" and len(stopped_at_planner) == 1
+        assert (await ui.request("planner", "stop", job_id, timeout=10)).payload is False, "nothing pending now"
+        with pytest.raises(zmesh.InvalidMessage):
+            await planner.cancel(42)  # type: ignore[arg-type]

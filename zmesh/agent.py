@@ -240,6 +240,18 @@ class Agent(CapabilityCalls):
             msg.ttl = timeout  # nobody waits for the answer after that: do not start the work
         return await self._host.request(msg, timeout, "request")
 
+    async def cancel(self, request_id: str) -> bool:
+        """Cancel this agent's pending ``request`` (or ``delegate``) whose
+        correlation id is ``request_id``, from anywhere on the node: the call
+        waiting for it raises ``asyncio.CancelledError`` and its handler is
+        stopped, as when the caller's own Task is cancelled. A delegate keeps
+        its request's id, so a planner can stop the work it delegated for a
+        request it got (``agent.cancel(msg.correlation_id)``). False when no
+        such request is pending (it ended already)."""
+        if not isinstance(request_id, str):
+            raise InvalidMessage(f"request_id must be a correlation id string, got {request_id!r}")
+        return self._host.cancel_request(self.id, request_id)
+
     async def delegate(
         self, target: str, request: Message, *, timeout: float = 30.0, topic: str | None = None
     ) -> Message:

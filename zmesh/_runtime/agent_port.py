@@ -57,6 +57,8 @@ class AgentHost(Protocol):
 
     def retain(self, msg: Message) -> None: ...
 
+    def cancel_request(self, agent_id: str, correlation_id: str) -> bool: ...
+
     def hold_broadcasts(self, agent_id: str, route: str) -> None: ...
 
     async def retained_first(self, agent_id: str, pattern: str, route: str) -> None: ...
@@ -84,6 +86,7 @@ class AgentPort:
         self.send_now = dispatch.send_now
         self.send = dispatch.send
         self.request = dispatch.request
+        self.cancel_request = dispatch.cancel_request
         self._dispatch = dispatch
         self.reply = dispatch.reply
         self.broadcast = dispatch.broadcast

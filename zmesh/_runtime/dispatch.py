@@ -327,6 +327,15 @@ class Dispatch:
         finally:
             self._futures.pop(key, None)
 
+    def cancel_request(self, agent_id: str, correlation_id: str) -> bool:
+        """Cancel agent ``agent_id``'s pending request ``correlation_id``: its caller
+        gets CancelledError, its handler is told. False if none is pending."""
+        future = self._futures.get((agent_id, correlation_id))
+        if future is None or future.done():
+            return False
+        future.cancel()
+        return True
+
     def resolved(self, key: RequestKey, reply: Message | None, error: Exception | None) -> None:
         future = self._futures.get(key)
         if future is None or future.done():

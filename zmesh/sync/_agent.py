@@ -188,6 +188,9 @@ class Agent:
     def reply(self, request: Message, payload: Any = None) -> None:
         self._wait(self._agent.reply(request, payload))
 
+    def cancel(self, request_id: str) -> bool:
+        return self._wait(self._agent.cancel(request_id))
+
     # -- by capability -----------------------------------------------------
 
     def request_any(
