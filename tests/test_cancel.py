@@ -180,7 +180,7 @@ async def test_the_requesters_node_closing_stops_what_it_asked() -> None:
 HOSTS = {"a": "n1", "x": "n9"}
 
 
-TOLD: list[tuple[str, list[str]]] = []
+TOLD: list[tuple[str, list[tuple[str, str]]]] = []
 
 
 def _cancellations() -> tuple[Cancellations, list[tuple[str, str]], list[float]]:
@@ -196,9 +196,9 @@ def test_only_the_requesters_node_may_cancel() -> None:
     msg = Message("query", "a", "b", "work", None, "c1", "a")
     task_like = object()
     cancels.started(msg, task_like, "n1")
-    cancels.cancel("n3", ["c1"])
+    cancels.cancel("n3", [("b", "c1")])
     assert not msg.cancelled and cancels.stats["cancel_refused"] == 1
-    cancels.cancel("n1", ["c1"])
+    cancels.cancel("n1", [("b", "c1")])
     assert msg.cancelled
     assert cancels.ended(msg) and not msg.cancelled and receipts == [("cancel", "success")]
 
@@ -206,15 +206,15 @@ def test_only_the_requesters_node_may_cancel() -> None:
 def test_a_cancel_that_came_first_stops_the_request_when_it_comes() -> None:
     cancels, _, now = _cancellations()
     msg = Message("query", "a", "b", "work", None, "c2", "a")
-    cancels.cancel("n1", ["c2"])
+    cancels.cancel("n1", [("b", "c2")])
     assert not cancels.cancelled_before_start(msg, "n3"), "another node's request with that id runs"
-    cancels.cancel("n1", ["c2"])
+    cancels.cancel("n1", [("b", "c2")])
     assert cancels.cancelled_before_start(msg, "n1")
-    cancels.cancel("n1", ["c3"])
+    cancels.cancel("n1", [("b", "c3")])
     now[0] += EARLY_TTL + 1
     assert not cancels.cancelled_before_start(Message("query", "a", "b", "w", None, "c3", "a"), "n1")
     for i in range(MAX_EARLY + 10):
-        cancels.cancel("n1", [f"id{i}"])
+        cancels.cancel("n1", [("b", f"id{i}")])
     assert len(cancels.early) == MAX_EARLY and cancels.stats["cancel_forgotten"] >= 10
 
 
@@ -264,16 +264,16 @@ def test_ctrl_c_in_a_blocking_request_stops_the_remote_handler() -> None:
 def test_a_watch_is_answered_when_the_request_starts_or_at_once_if_it_runs() -> None:
     cancels, _, now = _cancellations()
     queued = Message("query", "a", "b", "work", None, "w1", "a")
-    cancels.watch("n1", ["w1"])
+    cancels.watch("n1", [("b", "w1")])
     assert TOLD == []
     cancels.starting(queued)
-    assert TOLD == [("n1", ["w1"])]
+    assert TOLD == [("n1", [("b", "w1")])]
     running = Message("query", "a", "b", "work", None, "w2", "a")
     cancels.started(running, object(), "n1")
-    cancels.watch("n3", ["w2"])  # not the requester's node: not told
-    cancels.watch("n1", ["w2"])
-    assert TOLD[1:] == [("n1", ["w2"])]
-    cancels.watch("n1", ["w3"])
+    cancels.watch("n3", [("b", "w2")])  # not the requester's node: not told
+    cancels.watch("n1", [("b", "w2")])
+    assert TOLD[1:] == [("n1", [("b", "w2")])]
+    cancels.watch("n1", [("b", "w3")])
     now[0] += EARLY_TTL + 1
     cancels.starting(Message("query", "a", "b", "work", None, "w3", "a"))
     assert len(TOLD) == 2, "a watch kept past its time is not answered"
@@ -309,3 +309,53 @@ async def test_a_planner_cancels_the_work_it_delegated_by_the_request_id(transpo
         assert (await ui.request("planner", "stop", job_id, timeout=10)).payload is False, "nothing pending now"
         with pytest.raises(zmesh.InvalidMessage):
             await planner.cancel(42)  # type: ignore[arg-type]
+
+
+async def test_a_delegate_on_the_same_node_is_its_own_request_to_cancel(transport: str) -> None:
+    """A delegate keeps its request's correlation id: planner and worker on one node run two
+    requests with one id, and a cancel of the first reaches both (the second through the first)."""
+    async with Mesh(transport) as m:
+        n1, n2 = await m.node(), await m.node()
+        ui, planner, worker = n1.agent("ui"), n2.agent("planner"), n2.agent("worker")
+        await m.converged()
+        handler = Stoppable()
+        worker.add_handler("work", handler)
+        planner_stopped: list[bool] = []
+
+        @planner.on("work")
+        async def plan(msg: Message) -> object:
+            try:
+                return await planner.delegate("worker", msg, timeout=20)
+            except asyncio.CancelledError:
+                planner_stopped.append(True)
+                raise
+
+        task = asyncio.ensure_future(ui.request("planner", "work", None, timeout=20))
+        await wait_for(lambda: handler.started, 10, "the worker to start")
+        task.cancel()
+        await wait_for(lambda: handler.cancelled and planner_stopped, 10, "both to be stopped")
+        assert n2.stats()["cancel_refused"] == 0
+
+
+async def test_a_cancel_in_the_same_batch_as_its_request_frees_the_agents_slot() -> None:
+    """On 3.10/3.11 a handler's Task starts a loop turn later: a cancel that came with
+    the request stops it before its first step, and its concurrency slot still comes back."""
+    from zmesh.message import CANCELLED_REQUESTS
+
+    async with Mesh("inproc") as m:
+        n1, n2 = await m.node(), await m.node()
+        a, b = n1.agent("a"), n2.agent("b", concurrency=1)
+        await m.converged()
+
+        @b.on("work")
+        async def work(msg: Message) -> object:
+            if msg.payload == 1:
+                await asyncio.Event().wait()
+            return msg.payload
+
+        delivery = n2._dispatch.delivery  # one batch of arrivals at n2: the request, then its cancel
+        delivery.deliver("b", Message("query", "a", "b", "work", 1, "c-batch", "a"), False, n1.id, 100)
+        delivery.cancels.cancel(n1.id, [("b", "c-batch")])
+        assert (await a.request("b", "work", 2, timeout=5)).payload == 2, "the slot came back"
+        await wait_for(lambda: not delivery.cancels.running and ("b", "c-batch") not in CANCELLED_REQUESTS, 5,
+                       "the cancelled request to be forgotten")

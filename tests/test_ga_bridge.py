@@ -313,3 +313,17 @@ async def test_the_command_line_bridge_serves_other_processes_and_leaves_its_sub
 async def test_the_command_line_refuses_a_root_without_agentmain(tmp_path: Path) -> None:
     code, out, err = await run_zmesh("ga-bridge", "--root", str(tmp_path), "--mesh", "ga-bad")
     assert code == 2 and "agentmain.py" in err and out == ""
+
+
+async def test_a_requester_that_gives_up_stops_its_round(root: Path) -> None:
+    start_standin(root, "patient", "ready")
+    await until(lambda: round_done(root, "patient", 0), what="round 0")
+    async with bridged(root) as (bridge, me):
+        with pytest.raises(zmesh.Timeout):
+            await me.request("patient", "task", "slow 5000", timeout=1)  # 100 s of work, if nobody stops it
+        await until(lambda: round_done(root, "patient", 1), what="the abandoned round to be stopped")
+        stopped = files.read_round(files.output_file(root / "temp" / "patient", 1))
+        assert stopped is not None and "part4999" not in stopped.text
+        after = await me.request("patient", "task", "next", timeout=30)
+        assert after.payload == "echo: next"
+        assert bridge.stats()["counts"]["stopped_for_requester"] == 1

@@ -4,6 +4,7 @@ with its publisher's node."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -138,3 +139,83 @@ def test_the_blocking_facade_retains_too() -> None:
         got: list[Any] = []
         node.agent("late").subscribe("mood", lambda msg: got.append(msg.payload), inline=True)
         assert got == ["calm"]
+
+
+class SlowFetch:
+    """Hold every node's retained answers back until ``go`` is set (a slow peer)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from zmesh._runtime import agent_port, retained
+
+        self.go = asyncio.Event()
+        self.asked: list[str] = []
+        real = retained.fetch
+
+        async def fetch(dispatch: Any, pattern: str, timeout: float) -> list[Message]:
+            self.asked.append(pattern)
+            found = await real(dispatch, pattern, timeout)
+            await self.go.wait()
+            return found
+
+        monkeypatch.setattr(agent_port.retained, "fetch", fetch)
+
+
+async def test_what_is_broadcast_while_the_retained_values_are_asked_for_comes_once_and_in_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = SlowFetch(monkeypatch)
+    async with Mesh("memory") as m:
+        n1, n2 = await m.node(), await m.node()
+        pub, sub = n1.agent("pub"), n2.agent("sub")
+        await m.converged()
+        slow.go.set()
+        witness = await witnessed(n2, "plan")
+        slow.go.clear()
+        await pub.broadcast("plan", "v1", retain=True)
+        await wait_for(lambda: len(witness.items) == 1, 10, "v1 to arrive")
+        seen = Seen()
+        subscribing = asyncio.ensure_future(sub.subscribe("plan", seen, inline=True))
+        await wait_for(lambda: "plan" in slow.asked[1:], 10, "the retained values to be asked for")
+        await pub.broadcast("plan", "v2", retain=True)
+        await pub.broadcast("plan", "v3", retain=True)
+        await wait_for(lambda: len(witness.items) == 3, 10, "v2 and v3 to arrive (held for the new one)")
+        slow.go.set()
+        await subscribing
+        assert [p for _, p in seen.items] == ["v2", "v3"], "v1 is older than what was held; v3 not twice"
+
+
+async def test_two_subscriptions_without_handlers_hold_their_broadcasts_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = SlowFetch(monkeypatch)
+    async with Mesh("memory") as m:
+        n1, n2 = await m.node(), await m.node()
+        pub, sub = n1.agent("pub"), n2.agent("sub")
+        await m.converged()
+        slow.go.set()
+        witness = await witnessed(n2, "a.>")
+        slow.go.clear()
+        seen = Seen()
+        sub.add_handler("a.>", seen, inline=True)  # both subscriptions leave broadcasts to this on() handler
+        await pub.broadcast("a.y", "retained-old", retain=True)
+        await wait_for(lambda: len(witness.items) == 1, 10, "the retained value to arrive")
+        first = asyncio.ensure_future(sub.subscribe("a.x"))
+        second = asyncio.ensure_future(sub.subscribe("a.y"))
+        await wait_for(lambda: {"a.x", "a.y"} <= set(slow.asked), 10, "both to ask")
+        await pub.broadcast("a.y", "live-new")
+        await wait_for(lambda: len(witness.items) == 2, 10, "the live one to arrive")
+        slow.go.set()
+        await asyncio.gather(first, second)
+        assert seen.items == [("a.y", "live-new")], "the older retained value never comes after the live one"
+
+
+async def test_retained_values_beyond_a_message_are_left_out_and_counted() -> None:
+    async with Mesh("inproc") as m:
+        n1, n2 = await m.node(), await m.node()
+        pub = n1.agent("pub")
+        await m.converged()
+        witness = await witnessed(n2, "cfg.*")
+        for i in range(3):
+            await pub.broadcast(f"cfg.{i}", "x" * 400_000, retain=True)  # 1.2 MB together, over the 1 MiB limit
+        await wait_for(lambda: len(witness.items) == 3, 10, "the broadcasts to arrive")
+        seen = Seen()
+        await n2.agent("late").subscribe("cfg.*", seen, inline=True)
+        assert sorted(t for t, _ in seen.items) == ["cfg.1", "cfg.2"], "the newest that fit"
+        assert n1.stats()["dropped"].get("retained_over_limit") == 1

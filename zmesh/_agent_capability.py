@@ -116,7 +116,11 @@ class CapabilityCalls:
         type: str = "query",
         trace_id: str | None = None,
     ) -> AsyncIterator[GatherReply]:
-        """:meth:`gather`, yielding each answer as it comes (``async for``)."""
+        """:meth:`gather`, yielding each answer as it comes (``async for``).
+
+        Breaking out of the loop stops the other requests once the iterator is
+        closed: ``async with contextlib.aclosing(agent.gather_iter(...)) as
+        answers:`` closes it at once (else when it is garbage-collected)."""
         if want is not None and (want.__class__ is not int or want < 1):
             raise InvalidMessage(f"want must be None or an int of at least 1, got {want!r}")
         trace = trace_id or self._host_trace()

@@ -419,7 +419,7 @@ class Agent(CapabilityCalls):
             await self._host.settled()
             return
         route = pattern if entry is not None else ""
-        self._host.hold_broadcasts(self.id, route)  # from now on, until its retained values came
+        self._host.hold_broadcasts(self.id, pattern, route)  # from now on, until its retained values came
         try:
             self._host.changed(self)
             await self._host.settled()

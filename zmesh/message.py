@@ -37,10 +37,10 @@ __all__ = [
 ENVELOPE_VERSION: Final = "1.0"
 _VERSIONS: Final = frozenset({1, "1", "1.0"})  # 1.0 == 1 hashes alike
 
-#: Correlation ids of requests whose requester cancelled them (or gave up:
-#: it timed out, its node left) while their handler still runs; the runtime
-#: keeps it, :attr:`Message.cancelled` reads it.
-CANCELLED_REQUESTS: Final[set[str]] = set()
+#: Requests, as (target agent, correlation id), whose requester cancelled them
+#: (or gave up: it timed out, its node left) while their handler still runs;
+#: the runtime keeps it, :attr:`Message.cancelled` reads it.
+CANCELLED_REQUESTS: Final[set[tuple[str, str]]] = set()
 
 MESSAGE_TYPES: Final = ("task", "result", "query", "notify", "intervene", "heartbeat")
 #: Reply statuses: ``ok`` or why the request failed at the far end.
@@ -174,7 +174,7 @@ class Message:
         plain handler (in the worker pool) polls it to stop early; an
         ``async def`` handler's Task is cancelled outright, and sees
         ``asyncio.CancelledError``."""
-        return self.correlation_id in CANCELLED_REQUESTS and self.type != "result"
+        return bool(CANCELLED_REQUESTS) and (self.target, self.correlation_id) in CANCELLED_REQUESTS
 
     def expired(self, now: float) -> bool:
         """True when the message carries a ttl and ``now`` is past it."""

@@ -59,7 +59,7 @@ class AgentHost(Protocol):
 
     def cancel_request(self, agent_id: str, correlation_id: str) -> bool: ...
 
-    def hold_broadcasts(self, agent_id: str, route: str) -> None: ...
+    def hold_broadcasts(self, agent_id: str, pattern: str, route: str) -> None: ...
 
     async def retained_first(self, agent_id: str, pattern: str, route: str) -> None: ...
 
@@ -109,8 +109,8 @@ class AgentPort:
     def retain(self, msg: Message) -> None:
         self._dispatch.retained.put(msg)
 
-    def hold_broadcasts(self, agent_id: str, route: str) -> None:
-        self._dispatch.delivery.hold(agent_id, route)
+    def hold_broadcasts(self, agent_id: str, pattern: str, route: str) -> None:
+        self._dispatch.delivery.hold(agent_id, pattern, route)
 
     async def retained_first(self, agent_id: str, pattern: str, route: str) -> None:
         """Give a new subscription the mesh's retained values, then what was held back meanwhile."""
@@ -118,7 +118,7 @@ class AgentPort:
         try:
             found = await retained.fetch(self._dispatch, pattern, RETAINED_WAIT)
         finally:
-            self._dispatch.delivery.release(agent_id, route, found)
+            self._dispatch.delivery.release(agent_id, pattern, found)
 
     @property
     def closed(self) -> bool:

@@ -6,7 +6,9 @@ Stopping a request's handler once its requester no longer waits:
 
 A requester whose ``request`` (or ``delegate``) is cancelled or times out
 tells the node hosting the target: a one-way ``zmesh.cancel`` message from
-its node address to that node's, its payload the correlation ids. A node
+its node address to that node's, its payload the requests as ``[target
+agent, correlation id]`` pairs (a delegate keeps its request's correlation
+id, so the id alone does not name one request on a node). A node
 whose peer left (said goodbye, lost its connection: a process that died)
 or restarted does the same by itself for every request that peer sent; not
 for a peer that only went silent, which may be a stalled loop that comes
@@ -43,8 +45,8 @@ from .._engine.config import SILENT_DETAIL
 from .._wire.names import node_address
 from ..message import CANCELLED_REQUESTS, Message
 
-__all__ = ["CANCEL_TOPIC", "WATCH_TOPIC", "STARTED_TOPIC", "Cancellations", "node_message", "cancelled_ids",
-           "MAX_IDS", "EARLY_TTL", "MAX_EARLY"]
+__all__ = ["CANCEL_TOPIC", "WATCH_TOPIC", "STARTED_TOPIC", "Cancellations", "RequestId", "node_message",
+           "request_ids", "request_id", "MAX_IDS", "EARLY_TTL", "MAX_EARLY"]
 
 #: The topic of a cancel, between node addresses.
 CANCEL_TOPIC = "zmesh.cancel"
@@ -59,19 +61,32 @@ EARLY_TTL = 60.0
 MAX_EARLY = 10_000
 
 
-def node_message(node_id: str, target_node: str, topic: str, ids: list[str]) -> Message:
+#: One request on a node: (its target agent, its correlation id).
+RequestId = tuple[str, str]
+
+
+def request_id(msg: Message) -> RequestId:
+    return (msg.target, msg.correlation_id)
+
+
+def node_message(node_id: str, target_node: str, topic: str, ids: list[RequestId]) -> Message:
     """A one-way message about requests ``ids``, from node ``node_id`` to node ``target_node``."""
     me = node_address(node_id)
-    return Message("notify", me, node_address(target_node), topic, ids, "", "", 0)
+    return Message("notify", me, node_address(target_node), topic, [list(i) for i in ids], "", "", 0)
 
 
-def cancelled_ids(msg: Message) -> list[str] | None:
-    """The correlation ids a cancel carries; None when it is malformed."""
+def request_ids(msg: Message) -> list[RequestId] | None:
+    """The requests a cancel, watch or started notice names; None when it is malformed."""
     ids = msg.payload
-    if (msg.correlation_id or not isinstance(ids, list) or len(ids) > MAX_IDS
-            or not all(isinstance(i, str) and 0 < len(i) <= 64 for i in ids)):
+    if msg.correlation_id or not isinstance(ids, list) or len(ids) > MAX_IDS:
         return None
-    return ids
+    out = []
+    for pair in ids:
+        if not (isinstance(pair, list) and len(pair) == 2
+                and all(isinstance(part, str) and 0 < len(part) <= 256 for part in pair)):
+            return None
+        out.append((pair[0], pair[1]))
+    return out
 
 
 #: A running request handler: its Task (or the pool's Future of a plain one), the request, the node it came from.
@@ -83,32 +98,32 @@ class Cancellations:
 
     def __init__(self, node_of: Callable[[str], str | None], now: Callable[[], float],
                  receipt: Callable[[str, str, float, Message], None], stats: Counter[str],
-                 tell_started: Callable[[str, list[str]], None]) -> None:
+                 tell_started: Callable[[str, list[RequestId]], None]) -> None:
         self._node_of = node_of  # the registry's: which node hosts an agent now
         self._tell_started = tell_started  # (node, ids): send it zmesh.started
-        #: Watches for requests not started yet: correlation id -> (the node to tell, until when).
-        self.watched: dict[str, tuple[str, float]] = {}
+        #: Watches for requests not started yet: request -> (the node to tell, until when).
+        self.watched: dict[RequestId, tuple[str, float]] = {}
         self._now = now
         self._receipt = receipt
-        self.running: dict[str, _Running] = {}
-        #: Those of them a cancel stopped: correlation id -> when.
-        self.stopped: dict[str, float] = {}
-        #: Cancels for requests not seen yet: correlation id -> (the cancelling node, until when).
-        self.early: dict[str, tuple[str, float]] = {}
+        self.running: dict[RequestId, _Running] = {}
+        #: Those of them a cancel stopped: request -> when.
+        self.stopped: dict[RequestId, float] = {}
+        #: Cancels for requests not seen yet: request -> (the cancelling node, until when).
+        self.early: dict[RequestId, tuple[str, float]] = {}
         #: The node's counters: cancels_received, cancelled_running, cancelled_waiting, cancel_refused, cancel_forgotten.
         self.stats = stats
 
     def started(self, msg: Message, running: Any, origin: str) -> None:
         """Request ``msg`` (from node ``origin``)'s handler runs on (``running``) after its start."""
-        self.running[msg.correlation_id] = (running, msg, origin)
+        self.running[(msg.target, msg.correlation_id)] = (running, msg, origin)
 
     def ended(self, msg: Message) -> bool:
         """Its handler ended: True when it had been cancelled (so its result goes nowhere)."""
-        corr = msg.correlation_id
+        corr = (msg.target, msg.correlation_id)
         entry = self.running.pop(corr, None)
         if entry is None or entry[1] is not msg:
             if entry is not None:
-                self.running[corr] = entry  # another request's, with the same id
+                self.running[corr] = entry  # another request's, with the same id (spoofed)
             return False
         if not self.stopped:
             return False
@@ -121,7 +136,7 @@ class Cancellations:
 
     def cancelled_before_start(self, msg: Message, requester: str | None) -> bool:
         """Was request ``msg`` cancelled (by its requester's node) before it got here? Forgotten then."""
-        early = self.early.pop(msg.correlation_id, None)
+        early = self.early.pop((msg.target, msg.correlation_id), None)
         if early is None:
             return False
         by, until = early
@@ -131,7 +146,7 @@ class Cancellations:
         self._receipt("cancel", "success", self._now(), msg)
         return True
 
-    def cancel(self, by: str, ids: list[str]) -> None:
+    def cancel(self, by: str, ids: list[RequestId]) -> None:
         """Node ``by`` cancelled the requests ``ids`` it sent."""
         now = self._now()
         self.stats["cancels_received"] += len(ids)
@@ -144,7 +159,7 @@ class Cancellations:
             else:
                 self.stats["cancel_refused"] += 1  # not the requester's node: spoofed, or a stale record
 
-    def watch(self, by: str, ids: list[str]) -> None:
+    def watch(self, by: str, ids: list[RequestId]) -> None:
         """Node ``by`` asks to be told when the requests ``ids`` it sent start."""
         now = self._now()
         for corr in ids:
@@ -156,9 +171,10 @@ class Cancellations:
 
     def starting(self, msg: Message) -> None:
         """Request ``msg``'s handler is about to run: tell whoever watches it."""
-        watch = self.watched.pop(msg.correlation_id, None)
+        key = (msg.target, msg.correlation_id)
+        watch = self.watched.pop(key, None)
         if watch is not None and self._now() <= watch[1] and self._node_of(msg.sender) == watch[0]:
-            self._tell_started(watch[0], [msg.correlation_id])
+            self._tell_started(watch[0], [key])
 
     def departed(self, node_id: str, detail: str) -> None:
         """Node ``node_id`` left (``detail``: why) or restarted: nobody waits for what
@@ -182,15 +198,16 @@ class Cancellations:
 
     def _stop(self, entry: _Running, now: float) -> None:
         running, msg, _ = entry
-        if msg.correlation_id in self.stopped:
+        key = (msg.target, msg.correlation_id)
+        if key in self.stopped:
             return
-        self.stopped[msg.correlation_id] = now
+        self.stopped[key] = now
         self.stats["cancelled_running"] += 1
-        CANCELLED_REQUESTS.add(msg.correlation_id)
+        CANCELLED_REQUESTS.add(key)
         if isinstance(running, asyncio.Task):
             running.cancel()
 
-    def _keep(self, kept: dict[str, tuple[str, float]], corr: str, by: str, now: float) -> None:
+    def _keep(self, kept: dict[RequestId, tuple[str, float]], corr: RequestId, by: str, now: float) -> None:
         if corr in kept:
             return
         while len(kept) >= MAX_EARLY:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..message import Message
 from ..registry import MeshEvent
+from ..topics import matches
 from .cancel import Cancellations
 from .context import trace_var
 from .handlers import DEFERRED, INLINE, finish, run_handler
@@ -64,8 +65,8 @@ class Delivery:
         self.stats = dispatch.stats
         self.inboxes: dict[str, Inbox] = {}
         self._routes: dict[str, Routes] = {}  # each agent's on() handlers and subscriptions
-        #: Broadcasts waiting for a new subscription's retained values: (agent, route) -> entries.
-        self.holding: dict[tuple[str, str], list[Entry]] = {}
+        #: Broadcasts waiting for a new subscription's retained values: (agent, pattern) -> (route, entries).
+        self.holding: dict[tuple[str, str], tuple[str, list[Entry]]] = {}
         #: The request handlers a cancel can reach (see zmesh._runtime.cancel).
         self.cancels = Cancellations(mesh.registry.node_of, self._clock.monotonic, dispatch.receipt, self.stats,
                                      dispatch.tell_started)
@@ -99,7 +100,7 @@ class Delivery:
             # One handler run per matching subscription, each its own inbox entry.
             for route in self._routes[agent_id].broadcast_routes(msg.topic):
                 entry = Entry(msg, True, origin, size, False, route)
-                held = self.holding.get((agent_id, route)) if self.holding else None
+                held = self._held(agent_id, route, msg.topic) if self.holding else None
                 if held is not None:  # a new subscription's retained values go first
                     if len(held) < inbox.max_count:
                         held.append(entry)
@@ -122,19 +123,34 @@ class Delivery:
 
     # -- retained values first -----------------------------------------------
 
-    def hold(self, agent_id: str, route: str) -> None:
-        """Keep broadcasts for ``agent_id``'s subscription ``route`` back until :meth:`release`."""
-        self.holding.setdefault((agent_id, route), [])
+    def hold(self, agent_id: str, pattern: str, route: str) -> None:
+        """Keep broadcasts on ``pattern`` for ``agent_id``'s new subscription (by ``route``)
+        back until :meth:`release`."""
+        self.holding.setdefault((agent_id, pattern), (route, []))
 
-    def release(self, agent_id: str, route: str, retained: list[Message]) -> None:
-        """Hand the subscription its ``retained`` values, then the broadcasts held back meanwhile."""
-        held = self.holding.pop((agent_id, route), [])
+    def _held(self, agent_id: str, route: str, topic: str) -> list[Entry] | None:
+        """Where a broadcast for ``agent_id`` by ``route`` waits, if a new subscription holds it."""
+        for (agent, pattern), (held_route, held) in self.holding.items():
+            if agent == agent_id and held_route == route and matches(pattern, topic):
+                return held
+        return None
+
+    def release(self, agent_id: str, pattern: str, retained: list[Message]) -> None:
+        """Hand the new subscription its ``retained`` values, then what was held back meanwhile:
+        a retained value that is also held (broadcast while it was asked for), or older
+        than one held on its topic, is left out."""
+        route, held = self.holding.pop((agent_id, pattern), ("", []))
         agent = self._agents.get(agent_id)
         inbox = self.inboxes.get(agent_id)
         if agent is None or inbox is None:
             return
+        held_ids = {entry.msg.id for entry in held}
+        newest_held: dict[str, float] = {}
+        for entry in held:
+            newest_held[entry.msg.topic] = max(entry.msg.timestamp, newest_held.get(entry.msg.topic, 0.0))
         for msg in retained:
-            self._accept(agent, inbox, Entry(msg, True, "", _RETAINED_SIZE, False, route))
+            if msg.id not in held_ids and newest_held.get(msg.topic, -1.0) < msg.timestamp:
+                self._accept(agent, inbox, Entry(msg, True, "", _RETAINED_SIZE, False, route))
         for entry in held:
             self._accept(agent, inbox, entry)
 

@@ -27,8 +27,8 @@ from ..message import Message, new_trace_id
 from ..observer import Observer, Receipt
 from ..topics import check_pattern
 from .._wire.names import NODE_ADDRESS_PREFIX, printable
-from .cancel import CANCEL_TOPIC, STARTED_TOPIC, WATCH_TOPIC, cancelled_ids, node_message
-from .retained import RETAINED_TOPIC, RetainedStore, retained_answer
+from .cancel import CANCEL_TOPIC, STARTED_TOPIC, WATCH_TOPIC, RequestId, node_message, request_id, request_ids
+from .retained import RETAINED_HEADROOM, RETAINED_TOPIC, RetainedStore, retained_answer
 from .routing import Providers
 from .context import trace_var
 from .delivery import Delivery
@@ -364,7 +364,7 @@ class Dispatch:
         topic = msg.topic
         if topic == CANCEL_TOPIC or topic == WATCH_TOPIC or topic == STARTED_TOPIC:
             self._mesh.taken(origin, msg.target)
-            ids = cancelled_ids(msg)
+            ids = request_ids(msg)
             if ids is None or not msg.sender.startswith(NODE_ADDRESS_PREFIX):
                 self._mesh.drop("malformed", topic, f"from {printable(msg.sender)}")
                 return
@@ -377,7 +377,14 @@ class Dispatch:
             except InvalidMessage as exc:
                 self._mesh.reply(msg, "error", {"type": "InvalidMessage", "message": str(exc)[:200]})
                 return
-            self._mesh.reply(msg, "ok", retained_answer(self.retained.matching(pattern, self.config.clock.time())))
+            registry = self._mesh.registry
+            limits = [registry.max_payload(self.config.node_id), registry.max_payload(origin)]
+            budget = min(limit for limit in limits if limit is not None) - RETAINED_HEADROOM if any(
+                limit is not None for limit in limits) else 1 << 19
+            values, left_out = retained_answer(self.retained.matching(pattern, self.config.clock.time()), budget)
+            if left_out:
+                self._mesh.drop("retained_over_limit", msg.sender, f"{left_out} retained values left out")
+            self._mesh.reply(msg, "ok", values)
             return
         answer(self._mesh, self.dead, self._node_stats, self.config.node_id, msg, origin)
 
@@ -385,7 +392,7 @@ class Dispatch:
         """Every node in the registry, this one included."""
         return [record.node_id for record in self._mesh.registry.nodes()]
 
-    def _about_requests(self, topic: str, node: str, ids: list[str]) -> None:
+    def _about_requests(self, topic: str, node: str, ids: list[RequestId]) -> None:
         if topic == CANCEL_TOPIC:
             self.delivery.cancels.cancel(node, ids)
         elif topic == WATCH_TOPIC:
@@ -393,7 +400,7 @@ class Dispatch:
         else:
             self.providers.started_notice(ids)
 
-    def tell(self, node: str, topic: str, ids: list[str]) -> None:
+    def tell(self, node: str, topic: str, ids: list[RequestId]) -> None:
         """Tell node ``node`` (this one included) ``topic`` about requests ``ids``."""
         if node == self.config.node_id:
             self._about_requests(topic, node, ids)
@@ -414,21 +421,21 @@ class Dispatch:
         """May one more message go to ``agent_id`` now (flow control)?"""
         return bool(self._mesh.admit(agent_id))
 
-    def tell_started(self, node: str, ids: list[str]) -> None:
+    def tell_started(self, node: str, ids: list[RequestId]) -> None:
         self.tell(node, STARTED_TOPIC, ids)
 
     def cancel_remote(self, msg: Message) -> None:
         """The requester of ``msg`` no longer waits: stop its handler, wherever it runs."""
         node = self._mesh.registry.node_of(msg.target)
         if node is not None and msg.correlation_id:  # (its node left: it stops the handler itself)
-            self.tell(node, CANCEL_TOPIC, [msg.correlation_id])
+            self.tell(node, CANCEL_TOPIC, [request_id(msg)])
 
     def watch_start(self, msg: Message) -> None:
         """Ask the node hosting ``msg``'s target to say when its handler starts."""
         node = self._mesh.registry.node_of(msg.target)
         if node is not None:
-            self.providers.watching.add(msg.correlation_id)
-            self.tell(node, WATCH_TOPIC, [msg.correlation_id])
+            self.providers.watching.add(request_id(msg))
+            self.tell(node, WATCH_TOPIC, [request_id(msg)])
 
     # -- dead letters and receipts ---------------------------------------
 

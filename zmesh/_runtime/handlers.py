@@ -251,9 +251,14 @@ def _thread_finished(
         failed(value, extra)
 
 
-def _close_if_cancelled(coro: Coroutine[Any, Any, Any], task: asyncio.Task[None]) -> None:
+def _close_if_cancelled(coro: Coroutine[Any, Any, Any], failed: Failed, extra: Any, tasks: HandlerTasks,
+                        task: asyncio.Task[None]) -> None:
     if task.cancelled():
         coro.close()
+        if not tasks.closing:
+            # Cancelled before its first step (a cancel that came in the same batch as the
+            # request): _guarded never ran, so report it as it would have.
+            failed(asyncio.CancelledError(), extra)
 
 
 def finish(result: Any, done: Done, failed: Failed, extra: Any, tasks: HandlerTasks) -> asyncio.Task[None] | None:
@@ -273,6 +278,6 @@ def finish(result: Any, done: Done, failed: Failed, extra: Any, tasks: HandlerTa
         task = loop.create_task(wrapped)
         # Cancelled (the node closes) before its first step, the task never
         # awaits the handler's coroutine: close it, or Python warns it was never awaited.
-        task.add_done_callback(functools.partial(_close_if_cancelled, result))
+        task.add_done_callback(functools.partial(_close_if_cancelled, result, failed, extra, tasks))
     tasks.add(task)
     return task

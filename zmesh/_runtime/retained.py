@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import msgpack
+
 from .._wire.names import node_address
 from ..errors import ZmeshError
 from ..message import Message, new_request_id
@@ -25,15 +27,17 @@ from ..topics import matches
 if TYPE_CHECKING:
     from .dispatch import Dispatch
 
-__all__ = ["RETAINED_TOPIC", "RetainedStore", "MAX_RETAINED", "retained_answer", "retained_messages",
-           "newest_per_topic", "fetch"]
+__all__ = ["RETAINED_TOPIC", "RETAINED_HEADROOM", "RetainedStore", "MAX_RETAINED", "retained_answer",
+           "retained_messages", "newest_per_topic", "fetch"]
 
 #: The topic of the request a node answers with its retained values.
 RETAINED_TOPIC = "zmesh.retained"
 #: Topics one node retains at most (beyond: the oldest is forgotten).
 MAX_RETAINED = 10_000
-#: Values one answer carries at most.
+#: Values one answer carries at most ...
 MAX_ANSWER = 1_000
+#: ... in the smaller of the two nodes' message limits, less this many bytes (the reply's other fields).
+RETAINED_HEADROOM = 4096
 
 
 class RetainedStore:
@@ -65,9 +69,22 @@ class RetainedStore:
         return out[-MAX_ANSWER:]
 
 
-def retained_answer(messages: list[Message]) -> list[list[Any]]:
-    """What a node answers a ``zmesh.retained`` request with."""
-    return [[m.topic, m.payload, m.sender, m.timestamp, m.ttl, m.trace_id, m.priority] for m in messages]
+def retained_answer(messages: list[Message], budget: int) -> tuple[list[list[Any]], int]:
+    """What a node answers a ``zmesh.retained`` request with, in at most about
+    ``budget`` bytes (the newest values first), and how many were left out."""
+    items: list[list[Any]] = []
+    used = 0
+    for m in sorted(messages, key=lambda m: m.timestamp, reverse=True):
+        item = [m.topic, m.payload, m.sender, m.timestamp, m.ttl, m.trace_id, m.priority, m.id]
+        try:
+            size = len(msgpack.packb(item))
+        except Exception:  # a payload only the node's own encoder takes: counted at a guess
+            size = 1024
+        if used + size > budget:
+            continue
+        used += size
+        items.append(item)
+    return items, len(messages) - len(items)
 
 
 def retained_messages(answer: Any, pattern: str) -> list[Message]:
@@ -76,10 +93,11 @@ def retained_messages(answer: Any, pattern: str) -> list[Message]:
         return []
     out = []
     for item in answer[:MAX_ANSWER]:
-        if not (isinstance(item, list) and len(item) == 7):
+        if not (isinstance(item, list) and len(item) == 8):
             continue
-        topic, payload, sender, stamp, ttl, trace_id, priority = item
+        topic, payload, sender, stamp, ttl, trace_id, priority, msg_id = item
         if not (isinstance(topic, str) and isinstance(sender, str) and isinstance(stamp, (int, float))
+                and isinstance(msg_id, str)
                 and (ttl is None or isinstance(ttl, (int, float))) and isinstance(trace_id, str)
                 and isinstance(priority, int) and 0 <= priority <= 5):
             continue
@@ -88,7 +106,8 @@ def retained_messages(answer: Any, pattern: str) -> list[Message]:
                 continue
         except Exception:
             continue
-        out.append(Message("notify", sender, "", topic, payload, "", "", priority, 0, ttl, float(stamp), trace_id))
+        out.append(Message("notify", sender, "", topic, payload, "", "", priority, 0, ttl, float(stamp), trace_id,
+                           id=msg_id))
     return out
 
 

@@ -38,15 +38,15 @@ class Providers:
     def __init__(self) -> None:
         self.outstanding: Counter[str] = Counter()
         #: Correlation ids of requests whose start we asked to hear of, and those we heard of.
-        self.watching: set[str] = set()
-        self.started: set[str] = set()
+        self.watching: set[tuple[str, str]] = set()
+        self.started: set[tuple[str, str]] = set()
 
-    def started_notice(self, ids: list[str]) -> None:
+    def started_notice(self, ids: list[tuple[str, str]]) -> None:
         for corr in ids:
             if corr in self.watching:
                 self.started.add(corr)
 
-    def done(self, corr: str) -> bool:
+    def done(self, corr: tuple[str, str]) -> bool:
         """Forget request ``corr``; had its handler started?"""
         self.watching.discard(corr)
         if corr in self.started:
@@ -91,14 +91,14 @@ async def request_any(dispatch: Dispatch, capability: str, make: Callable[[str],
         try:
             return await dispatch.request(msg, remaining, "request")
         except _ANOTHER as exc:
-            started = providers.done(msg.correlation_id)
+            started = providers.done((msg.target, msg.correlation_id))
             if started and not idempotent and isinstance(exc, PeerLost):
                 raise PeerLost(f"{exc}; its handler had started on {target!r}, so it is not asked again "
                                "elsewhere (idempotent=True allows it)") from None
             tried.add(target)
             last = exc
         finally:
-            providers.done(msg.correlation_id)
+            providers.done((msg.target, msg.correlation_id))
             providers.outstanding[target] -= 1
             if providers.outstanding[target] <= 0:
                 del providers.outstanding[target]

@@ -114,7 +114,15 @@ class SubAgent:
         self._queued += 1
         try:
             async with self._lock:
-                return await self._ask(text)
+                try:
+                    return await self._ask(text)
+                except asyncio.CancelledError:
+                    # The requester gave up (cancelled, timed out, its node gone): stop the round it
+                    # started, so the model stops spending and the next request does not wait long.
+                    if self.state is State.RUNNING and self.pid is not None and alive(self.pid):
+                        files.write_control(self.folder, "stop", "")
+                        self.counts["stopped_for_requester"] += 1
+                    raise
         finally:
             self._queued -= 1
 
@@ -150,12 +158,26 @@ class SubAgent:
         files.clean_for_launch(self.folder)
         if len(text.encode("utf-8")) > MAX_ARG_INPUT or "\0" in text:
             files.write_atomic(files.input_file(self.folder), text)
-        launched = await launch(self.root, self.name, text, python=self._python, extra_args=self._launch_args,
-                                timeout=self._launch_timeout)
+        launching = asyncio.ensure_future(launch(self.root, self.name, text, python=self._python,
+                                                 extra_args=self._launch_args, timeout=self._launch_timeout))
+        try:
+            launched = await asyncio.shield(launching)
+        except asyncio.CancelledError:
+            # The launcher still starts the worker: know its pid, or the next request launches a second one.
+            launching.add_done_callback(self._launched_after_all)
+            raise
         self.pid = launched.pid
         self.round = 0
         self._move("launched")
         return await self._await_round(0)
+
+    def _launched_after_all(self, launching: asyncio.Future[Any]) -> None:
+        if launching.cancelled() or launching.exception() is not None or self.pid is not None:
+            return
+        self.pid = launching.result().pid
+        self.round = 0
+        self._move("launched")
+        files.write_control(self.folder, "stop", "")  # nobody waits for its first round any more
 
     async def _await_round(self, round_no: int) -> str:
         path = files.output_file(self.folder, round_no)
