@@ -6,7 +6,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 from types import FunctionType
-from typing import (TYPE_CHECKING, Any, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Protocol,
+from typing import (TYPE_CHECKING, Any, AsyncIterator, Callable, Coroutine, Generator, Iterable, Mapping, Protocol,
                     TypeVar, cast)
 
 from .._runtime.handlers import THREAD
@@ -259,8 +259,9 @@ class Agent:
         priority: int = 3,
         type: str = "query",
         trace_id: str | None = None,
-    ) -> Iterator[GatherReply]:
-        """:meth:`gather`, each answer as it comes (a blocking iterator)."""
+    ) -> Generator[GatherReply, None, None]:
+        """:meth:`gather`, each answer as it comes (a blocking iterator; ``close()`` it
+        to stop the rest early)."""
         answers = self._agent.gather_iter(
             capability, topic, payload, timeout=timeout, want=want, qos=qos, priority=priority, type=type,
             trace_id=trace_id,
@@ -324,7 +325,7 @@ Agent.__module__ = "zmesh.sync"  # where users import it from, and what its repr
 copy_docs(Agent, _AsyncAgent)
 
 
-def _blocking(wait: Callable[[Coroutine[Any, Any, Any]], Any], items: AsyncIterator[T]) -> Iterator[T]:
+def _blocking(wait: Callable[[Coroutine[Any, Any, Any]], Any], items: AsyncIterator[T]) -> Generator[T, None, None]:
     """``items`` read one by one on the node's loop, from a thread that blocks."""
     async def next_item() -> T:
         return await items.__anext__()
