@@ -66,6 +66,16 @@ def _providers(dispatch: Dispatch, capability: str) -> list[str]:
     return dispatch.registry_find(capability)
 
 
+def _next_provider(dispatch: Dispatch, capability: str, tried: set[str], last: ZmeshError | None) -> str:
+    """The provider to try next (not one tried already); the last error, or NoProvider, when none is left."""
+    candidates = [a for a in _providers(dispatch, capability) if a not in tried]
+    if not candidates:
+        if last is not None:
+            raise last
+        raise NoProvider(f"no agent in mesh {dispatch.config.mesh!r} has capability {capability!r}")
+    return dispatch.providers.pick(candidates, dispatch.window_open)
+
+
 async def request_any(dispatch: Dispatch, capability: str, make: Callable[[str], Message], timeout: float,
                       idempotent: bool) -> Message:
     """Ask one provider of ``capability`` (``make(agent_id)`` builds the request), failing over."""
@@ -75,16 +85,11 @@ async def request_any(dispatch: Dispatch, capability: str, make: Callable[[str],
     tried: set[str] = set()
     last: ZmeshError | None = None
     while True:
-        candidates = [a for a in _providers(dispatch, capability) if a not in tried]
-        if not candidates:
-            if last is not None:
-                raise last
-            raise NoProvider(f"no agent in mesh {dispatch.config.mesh!r} has capability {capability!r}")
+        target = _next_provider(dispatch, capability, tried, last)
         remaining = deadline - clock.monotonic()
         if remaining <= 0:
             raise Timeout(f"no provider of {capability!r} answered within {timeout} s"
                           + (f" (the last: {type(last).__name__}: {last})" if last is not None else ""))
-        target = providers.pick(candidates, dispatch.window_open)
         msg = make(target)
         dispatch.watch_start(msg)
         providers.outstanding[target] += 1
@@ -110,12 +115,7 @@ async def send_any(dispatch: Dispatch, capability: str, make: Callable[[str], Me
     tried: set[str] = set()
     last: ZmeshError | None = None
     while True:
-        candidates = [a for a in _providers(dispatch, capability) if a not in tried]
-        if not candidates:
-            if last is not None:
-                raise last
-            raise NoProvider(f"no agent in mesh {dispatch.config.mesh!r} has capability {capability!r}")
-        target = dispatch.providers.pick(candidates, dispatch.window_open)
+        target = _next_provider(dispatch, capability, tried, last)
         msg = make(target)
         try:
             await dispatch.send(msg, timeout)
