@@ -39,7 +39,8 @@ __all__ = ["TopCollector", "top", "EVENTS_KEPT", "FOLDED_KINDS", "RICH_MISSING"]
 EVENTS_KEPT = 50
 
 #: The events of a CLI probe node that are folded into ``cli_probes``.
-FOLDED_KINDS = frozenset({"peer_joined", "peer_left", "agent_joined", "agent_left"})
+FOLDED_KINDS = frozenset({"peer_joined", "peer_left", "agent_joined", "agent_left", "subscribed",
+                          "unsubscribed"})
 
 RICH_MISSING = (
     "the live view draws with the 'rich' package, which is not installed: "
