@@ -28,7 +28,8 @@ from zmesh.ga._process import find_subagents
 from .fake_llm import FakeLLM
 
 COMMIT = "6d2cf09"
-_MIRROR = Path(__file__).resolve().parents[2] / ".mirror" / "lsdefine+GenericAgent" / "repo"
+_HERE = Path(__file__).resolve()
+_MIRROR = _HERE.parents[min(2, len(_HERE.parents) - 1)] / ".mirror" / "lsdefine+GenericAgent" / "repo"
 
 pytestmark = pytest.mark.timeout(120)
 
