@@ -25,10 +25,8 @@ from ..errors import (
 )
 from ..message import Message, new_trace_id
 from ..observer import Observer, Receipt
-from ..topics import check_pattern
-from .._wire.names import NODE_ADDRESS_PREFIX, printable
-from .cancel import CANCEL_TOPIC, STARTED_TOPIC, WATCH_TOPIC, RequestId, node_message, request_id, request_ids
-from .retained import RETAINED_HEADROOM, RETAINED_TOPIC, RetainedStore, retained_answer
+from .node_messages import NodeMessages
+from .retained import RetainedStore
 from .routing import Providers
 from .context import trace_var
 from .delivery import Delivery
@@ -36,7 +34,6 @@ from .config import RuntimeConfig
 from .handlers import HandlerTasks
 from .port import HostedAgent, MeshPort, RequestKey
 from .remote import reply_error
-from .stats import answer
 from .watch import Watch
 
 __all__ = ["Dispatch"]
@@ -50,7 +47,7 @@ YIELD_EVERY = 256
 KNOWN_RECHECK = 0.25
 
 
-class Dispatch:
+class Dispatch(NodeMessages):
     """The runtime's side of the mesh (a :class:`~zmesh._runtime.port.MeshSink`):
     what agents send goes to ``mesh``; what the mesh reports comes back here."""
 
@@ -357,85 +354,6 @@ class Dispatch:
         reached = self._mesh.broadcast(msg)
         self.receipt("broadcast", "success", started, msg, reached=reached)
         return reached
-
-    def node_message(self, msg: Message, origin: str) -> None:
-        """A message for the node itself: a ``zmesh.stats`` request is answered;
-        a cancel, a watch or a started notice about requests carried out."""
-        topic = msg.topic
-        if topic == CANCEL_TOPIC or topic == WATCH_TOPIC or topic == STARTED_TOPIC:
-            self._mesh.taken(origin, msg.target)
-            ids = request_ids(msg)
-            if ids is None or not msg.sender.startswith(NODE_ADDRESS_PREFIX):
-                self._mesh.drop("malformed", topic, f"from {printable(msg.sender)}")
-                return
-            self._about_requests(topic, msg.sender[len(NODE_ADDRESS_PREFIX):], ids)
-            return
-        if topic == RETAINED_TOPIC and msg.correlation_id:
-            self._mesh.taken(origin, msg.target)
-            try:
-                pattern = check_pattern(msg.payload)
-            except InvalidMessage as exc:
-                self._mesh.reply(msg, "error", {"type": "InvalidMessage", "message": str(exc)[:200]})
-                return
-            registry = self._mesh.registry
-            limits = [registry.max_payload(self.config.node_id), registry.max_payload(origin)]
-            budget = min(limit for limit in limits if limit is not None) - RETAINED_HEADROOM if any(
-                limit is not None for limit in limits) else 1 << 19
-            values, left_out = retained_answer(self.retained.matching(pattern, self.config.clock.time()), budget)
-            if left_out:
-                self._mesh.drop("retained_over_limit", msg.sender, f"{left_out} retained values left out")
-            self._mesh.reply(msg, "ok", values)
-            return
-        answer(self._mesh, self.dead, self._node_stats, self.config.node_id, msg, origin)
-
-    def node_ids(self) -> list[str]:
-        """Every node in the registry, this one included."""
-        return [record.node_id for record in self._mesh.registry.nodes()]
-
-    def _about_requests(self, topic: str, node: str, ids: list[RequestId]) -> None:
-        if topic == CANCEL_TOPIC:
-            self.delivery.cancels.cancel(node, ids)
-        elif topic == WATCH_TOPIC:
-            self.delivery.cancels.watch(node, ids)
-        else:
-            self.providers.started_notice(ids)
-
-    def tell(self, node: str, topic: str, ids: list[RequestId]) -> None:
-        """Tell node ``node`` (this one included) ``topic`` about requests ``ids``."""
-        if node == self.config.node_id:
-            self._about_requests(topic, node, ids)
-            return
-        mesh = self._mesh
-        note = node_message(self.config.node_id, node, topic, ids)
-        route = mesh.route(note.target)
-        if route:
-            try:
-                mesh.send(note, route, mesh.now())
-            except ZmeshError as exc:  # closing, or the mesh cannot carry it now
-                log.debug("zmesh %s: could not tell %s %s: %s", self.config.node_id, node, topic, exc)
-
-    def registry_find(self, capability: str) -> list[str]:
-        return self._mesh.registry.find(capability)
-
-    def window_open(self, agent_id: str) -> bool:
-        """May one more message go to ``agent_id`` now (flow control)?"""
-        return bool(self._mesh.admit(agent_id))
-
-    def tell_started(self, node: str, ids: list[RequestId]) -> None:
-        self.tell(node, STARTED_TOPIC, ids)
-
-    def cancel_remote(self, msg: Message) -> None:
-        """The requester of ``msg`` no longer waits: stop its handler, wherever it runs."""
-        node = self._mesh.registry.node_of(msg.target)
-        if node is not None and msg.correlation_id:  # (its node left: it stops the handler itself)
-            self.tell(node, CANCEL_TOPIC, [request_id(msg)])
-
-    def watch_start(self, msg: Message) -> None:
-        """Ask the node hosting ``msg``'s target to say when its handler starts."""
-        node = self._mesh.registry.node_of(msg.target)
-        if node is not None:
-            self.providers.watching.add(request_id(msg))
-            self.tell(node, WATCH_TOPIC, [request_id(msg)])
 
     # -- dead letters and receipts ---------------------------------------
 
