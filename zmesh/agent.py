@@ -12,6 +12,7 @@ from ._runtime.handoff import HANDOFF_TOPIC, Handoff, HandoffResult
 from ._runtime.routes import Routes
 from ._agent_capability import OWN_ID as _OWN_ID
 from ._agent_capability import CapabilityCalls
+from ._agent_handoff import HANDOFF_GRACE, HandoffCalls  # noqa: F401 - HANDOFF_GRACE: as before, from here too
 from ._wire.names import check_capabilities
 from .registry import check_meta
 from .errors import InvalidMessage, NodeClosed
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Agent", "AgentHost", "Handoff", "HandoffResult", "Handler", "HandoffHandler", "HANDOFF_TOPIC"]
 
-#: How much longer than its offer's ttl an offerer waits for the answer (seconds).
-HANDOFF_GRACE = 2.0
 
 Handler = Callable[[Message], Any]
 HandoffHandler = Callable[["Handoff"], Union[bool, Awaitable[bool]]]
@@ -34,7 +33,7 @@ H = TypeVar("H", bound=Callable[..., Any])
 _SENDABLE_TYPES = frozenset(t for t in MESSAGE_TYPES if t != "result")
 
 
-class Agent(CapabilityCalls):
+class Agent(HandoffCalls, CapabilityCalls):
     """An agent hosted by a node. Create with ``node.agent("id")``."""
 
     def __init__(
@@ -313,81 +312,6 @@ class Agent(CapabilityCalls):
         if request.target != self.id:
             raise InvalidMessage(f"agent {self.id!r} cannot reply to a request for {request.target!r}")
         self._host.reply(request, "ok", payload)
-
-    # -- handoff ---------------------------------------------------------
-
-    @property
-    def tasks(self) -> frozenset[str]:
-        """Ids of the tasks this agent owns."""
-        return frozenset(self._tasks)
-
-    def claim(self, task_id: str) -> None:
-        """Record that this agent owns ``task_id``."""
-        if not isinstance(task_id, str) or not task_id:
-            raise InvalidMessage(f"task id must be a non-empty string, got {task_id!r}")
-        self._tasks.add(task_id)
-
-    def complete(self, task_id: str) -> bool:
-        """This agent is done with ``task_id`` (finished or dropped it): it owns
-        it no more. Returns whether it owned it."""
-        if task_id in self._tasks:
-            self._tasks.discard(task_id)
-            return True
-        return False
-
-    async def handoff(
-        self,
-        target: str,
-        task_id: str,
-        context: Any = None,
-        *,
-        artifacts: Iterable[str] = (),
-        timeout: float = 30.0,
-    ) -> HandoffResult:
-        """Offer ownership of ``task_id`` to ``target``.
-
-        Ownership moves only if the target accepts; on refusal the task stays
-        here and ``accepted`` is False. Raises Timeout (the task stays here),
-        AgentNotRegistered, PeerLost or HandlerError like a request.
-
-        The offer travels at QoS 1 (sent again if the target's node dies or
-        its link breaks, to whatever node hosts ``target`` then) with a ttl
-        of ``timeout``: a target that decides after that refuses, and the
-        offerer waits a little longer than the ttl for the answer, so an
-        accepted task is never also kept here.
-        """
-        if not isinstance(task_id, str) or not task_id:
-            raise InvalidMessage(f"task id must be a non-empty string, got {task_id!r}")
-        arts = tuple(artifacts)
-        if any(not isinstance(a, str) for a in arts):
-            raise InvalidMessage("artifacts must be strings (paths or URIs)")
-        self._tasks.add(task_id)
-        msg = self._message(
-            target,
-            HANDOFF_TOPIC,
-            {"task_id": task_id, "context": context, "artifacts": list(arts)},
-            "task",
-            3,
-            1,
-            timeout,
-            None,
-            _OWN_ID,
-        )
-        clock = self._host.clock
-        started = clock.monotonic()
-        reply = await self._host.request(msg, timeout + HANDOFF_GRACE, "handoff")
-        result = reply.payload if isinstance(reply.payload, dict) else {}
-        accepted = result.get("accepted") is True
-        if accepted:
-            self._tasks.discard(task_id)
-        return HandoffResult(
-            task_id,
-            target,
-            accepted,
-            str(result.get("reason", "")),
-            clock.monotonic() - started,
-            reply,
-        )
 
     # -- pub/sub ---------------------------------------------------------
 
