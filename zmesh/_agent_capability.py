@@ -3,10 +3,11 @@ from :class:`CapabilityCalls`; what they do is ``zmesh._runtime.routing``'s."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from .errors import InvalidMessage
-from .message import GatherReply, Message
+from ._runtime.context import trace_var
+from .message import GatherReply, Message, new_trace_id
 
 if TYPE_CHECKING:
     from ._runtime.agent_port import AgentHost
@@ -50,13 +51,7 @@ class CapabilityCalls:
         otherwise that PeerLost is raised and the request never runs again.
         NoProvider at once when no agent declares ``capability``.
         """
-        trace = trace_id or self._host_trace()
-
-        def make(target: str) -> Message:
-            msg = self._message(target, topic, payload, type, priority, qos, None, trace, OWN_ID)
-            msg.ttl = timeout
-            return msg
-
+        make = self._requests_to(topic, payload, type, priority, qos, trace_id, timeout)
         return await self._host.request_any(capability, make, timeout, idempotent)
 
     async def send_any(
@@ -123,21 +118,21 @@ class CapabilityCalls:
         answers:`` closes it at once (else when it is garbage-collected)."""
         if want is not None and (want.__class__ is not int or want < 1):
             raise InvalidMessage(f"want must be None or an int of at least 1, got {want!r}")
-        trace = trace_id or self._host_trace()
+        make = self._requests_to(topic, payload, type, priority, qos, trace_id, timeout)
+        return self._host.gather_iter(capability, make, timeout, want)
+
+    def _requests_to(self, topic: str, payload: Any, mtype: str, priority: int, qos: int, trace_id: str | None,
+                     timeout: float) -> Callable[[str], Message]:
+        """What builds one call's request to each provider: one trace id for all (the
+        caller's, if it has one), a ttl of ``timeout``, as ``request`` gives."""
+        trace = trace_id or trace_var.get() or new_trace_id()
 
         def make(target: str) -> Message:
-            msg = self._message(target, topic, payload, type, priority, qos, None, trace, OWN_ID)
+            msg = self._message(target, topic, payload, mtype, priority, qos, None, trace, OWN_ID)
             msg.ttl = timeout
             return msg
 
-        return self._host.gather_iter(capability, make, timeout, want)
-
-    def _host_trace(self) -> str | None:
-        """The trace id every message of one by-capability call shares (the caller's, if it has one)."""
-        probe = Message()
-        self._host.stamp(probe, None)
-        return probe.trace_id
-
+        return make
 
 for _name in ("request_any", "send_any", "gather", "gather_iter"):
     # What messages naming the caller's API say (zmesh.sync's "called from the loop" among them): Agent's.
