@@ -4,6 +4,7 @@
 
 Each request's payload is written to LOG as ``start N`` when its handler
 starts and ``done N`` when it ends (appended, so it outlives a SIGKILL).
+Topic ``tokens`` streams ``payload["n"]`` numbers, ``payload["pause"]`` s apart.
 Prints ``ready`` once started; exits when stdin closes.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from typing import AsyncIterator
 
 import zmesh
 
@@ -35,6 +37,13 @@ async def main(agent_id: str, mesh: str, seed: str, log: str) -> None:
             await asyncio.sleep(0.01)
             note(log, f"done {msg.payload}")
             return int(msg.payload)
+
+        @me.on("tokens")
+        async def tokens(msg: zmesh.Message) -> AsyncIterator[int]:
+            note(log, "stream")
+            for i in range(int(msg.payload["n"])):
+                yield i
+                await asyncio.sleep(float(msg.payload["pause"]))
 
         print("ready", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)

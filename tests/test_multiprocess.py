@@ -394,3 +394,25 @@ async def test_request_any_survives_a_provider_sigkilled_mid_burst(procs: Procs,
         assert not set(failed) & survivors_started, "a request that failed so ran nowhere else"
     print(f"idempotent={idempotent}: {len(failed)} failed, p1 started {len(started_p1)} done {len(done_p1)}, "
           f"survivors done {len(survivors_done)}")
+
+
+async def test_a_stream_whose_producer_is_sigkilled_ends_in_peer_lost_after_its_chunks(
+        procs: Procs, tmp_path: "os.PathLike[str]") -> None:
+    from pathlib import Path
+
+    log = Path(tmp_path) / "p1.log"
+    async with zmesh.Node(procs.mesh, name="ctl-node", discovery=False, liveness=FAST) as node:
+        ctl = node.agent("ctl")
+        proc = subprocess.Popen([sys.executable, "-m", "tests._any_provider", "p1", procs.mesh, node.endpoint,
+                                 str(log)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "ZMESH_INTERFACES": "127.0.0.1"})
+        procs.all.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        await node.wait_for_agents("p1", timeout=20)
+        got: list[int] = []
+        with pytest.raises(zmesh.PeerLost):
+            async for chunk in ctl.stream("p1", "tokens", {"n": 100_000, "pause": 0.002}, timeout=60):
+                got.append(chunk)
+                if chunk == 100:
+                    proc.send_signal(signal.SIGKILL)
+        assert got == list(range(len(got))) and len(got) > 100, "in order, none lost, until the producer died"

@@ -62,6 +62,7 @@ public names are re-exported here. See docs/architecture.md.
 
 from ._runtime.handlers import DEFERRED
 from ._runtime.run import run
+from ._runtime.stream_reader import Stream
 from .agent import Agent, Handoff, HandoffResult
 from .clock import Clock, FakeClock, SystemClock
 from .deadletters import DeadLetter, DeadLetters
@@ -120,6 +121,7 @@ __all__ = [
     "Receipt",
     "Registry",
     "SecurityError",
+    "Stream",
     "SystemClock",
     "Timeout",
     "Transport",

@@ -13,6 +13,8 @@ from ._runtime.routes import Routes
 from ._agent_capability import OWN_ID as _OWN_ID
 from ._agent_capability import CapabilityCalls
 from ._agent_handoff import HANDOFF_GRACE, HandoffCalls  # noqa: F401 - HANDOFF_GRACE: as before, from here too
+from ._agent_stream import StreamCalls
+from ._runtime.streams import is_stream_id
 from ._wire.names import check_capabilities
 from .registry import check_meta
 from .errors import InvalidMessage, NodeClosed
@@ -33,7 +35,7 @@ H = TypeVar("H", bound=Callable[..., Any])
 _SENDABLE_TYPES = frozenset(t for t in MESSAGE_TYPES if t != "result")
 
 
-class Agent(HandoffCalls, CapabilityCalls):
+class Agent(HandoffCalls, CapabilityCalls, StreamCalls):
     """An agent hosted by a node. Create with ``node.agent("id")``."""
 
     def __init__(
@@ -232,7 +234,8 @@ class Agent(HandoffCalls, CapabilityCalls):
         AgentNotRegistered, or PeerLost if the target's node goes away.
         Without a ``ttl`` the request's ttl is ``timeout``: a request still
         waiting in the target's inbox when its requester stops waiting is
-        never handled (a handler already running is not stopped).
+        never handled, and a handler already running is stopped (see
+        :meth:`cancel`). A handler that streams answers with the list of its chunks.
         """
         msg = self._message(target, topic, payload, type, priority, qos, ttl, trace_id, _OWN_ID)
         if ttl is None and (timeout.__class__ is float or timeout.__class__ is int) and timeout > 0:
@@ -258,10 +261,19 @@ class Agent(HandoffCalls, CapabilityCalls):
 
         The target sees this agent as the sender; the correlation id and trace
         id of ``request`` are kept end to end. Returns the target's reply,
-        which a handler can return as its own reply.
+        which a handler can return as its own reply. For a streamed request
+        it returns at once, the reply's payload the target's
+        :class:`~zmesh.Stream`: returned, it is relayed chunk by chunk.
         """
         if not isinstance(request, Message):
             raise InvalidMessage(f"delegate needs the Message being handled, got {request!r}")
+        if is_stream_id(request.correlation_id):
+            stream = self._host.stream(self._message(
+                target, topic or request.topic, request.payload,
+                request.type if request.type != "result" else "query", request.priority, 0, request.ttl,
+                request.trace_id or None, request.correlation_id), timeout)
+            return Message("result", target, self.id, topic or request.topic, stream, request.correlation_id,
+                           trace_id=request.trace_id)
         msg = self._message(
             target,
             topic or request.topic,

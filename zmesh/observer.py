@@ -8,7 +8,7 @@ from typing import Callable
 __all__ = ["Receipt", "Observer", "KINDS", "OUTCOMES"]
 
 #: ``cancel`` is recorded on the node of a handler that its requester's cancel stopped.
-KINDS = ("send", "request", "delegate", "handoff", "broadcast", "cancel")
+KINDS = ("send", "request", "delegate", "handoff", "broadcast", "cancel", "stream")
 #: ``cancelled``: the caller cancelled its request (its handler is told to stop).
 OUTCOMES = ("success", "failure", "timeout", "not_found", "cancelled")
 

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Protocol
 from ..clock import Clock
 from ..message import GatherReply, Message
 from . import retained, routing
+from .stream_reader import Stream
+from .streams import is_stream_id
 
 if TYPE_CHECKING:
     from .dispatch import Dispatch
@@ -53,6 +55,11 @@ class AgentHost(Protocol):
 
     def reply(self, request: Message, status: str, payload: Any) -> None: ...
 
+    def stream(self, msg: Message, timeout: float) -> Stream: ...
+
+    def stream_any(self, requester: str, correlation_id: str, capability: str, make: Callable[[str], Message],
+                   timeout: float, idempotent: bool) -> Stream: ...
+
     def broadcast(self, msg: Message) -> int: ...
 
     def retain(self, msg: Message) -> None: ...
@@ -88,7 +95,6 @@ class AgentPort:
         self.request = dispatch.request
         self.cancel_request = dispatch.cancel_request
         self._dispatch = dispatch
-        self.reply = dispatch.reply
         self.broadcast = dispatch.broadcast
         self.changed = changed
         self.remove = remove
@@ -105,6 +111,25 @@ class AgentPort:
     def gather_iter(self, capability: str, make: Callable[[str], Message], timeout: float,
                     want: int | None) -> AsyncIterator[GatherReply]:
         return routing.gather_iter(self._dispatch, capability, make, timeout, want)
+
+    def reply(self, request: Message, status: str, payload: Any) -> None:
+        if status == "ok" and is_stream_id(request.correlation_id):
+            self._dispatch.delivery.stream_reply(request, payload)  # sent as the stream it asked for
+        else:
+            self._dispatch.reply(request, status, payload)
+
+    def stream(self, msg: Message, timeout: float) -> Stream:
+        dispatch = self._dispatch
+        return Stream(dispatch.streams, msg.sender, msg.correlation_id, msg.target, timeout, self.clock,
+                      lambda _: dispatch.request(msg, timeout, "stream"))
+
+    def stream_any(self, requester: str, correlation_id: str, capability: str, make: Callable[[str], Message],
+                   timeout: float, idempotent: bool) -> Stream:
+        """``make`` builds each provider's request, all with ``correlation_id``."""
+        dispatch = self._dispatch
+        return Stream(dispatch.streams, requester, correlation_id, f"capability:{capability}", timeout,
+                      self.clock, lambda reader: routing.request_any(
+                          dispatch, capability, make, timeout, idempotent, "stream", lambda: bool(reader.producer)))
 
     def retain(self, msg: Message) -> None:
         self._dispatch.retained.put(msg)

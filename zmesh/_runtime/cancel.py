@@ -69,7 +69,7 @@ def request_id(msg: Message) -> RequestId:
     return (msg.target, msg.correlation_id)
 
 
-def node_message(node_id: str, target_node: str, topic: str, ids: list[RequestId]) -> Message:
+def node_message(node_id: str, target_node: str, topic: str, ids: list[tuple[Any, ...]]) -> Message:
     """A one-way message about requests ``ids``, from node ``node_id`` to node ``target_node``."""
     me = node_address(node_id)
     return Message("notify", me, node_address(target_node), topic, [list(i) for i in ids], "", "", 0)

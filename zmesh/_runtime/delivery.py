@@ -22,6 +22,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..errors import InvalidMessage
 from ..message import Message
 from ..registry import MeshEvent
 from ..topics import matches
@@ -33,6 +34,8 @@ from .inbox import Entry, Inbox
 from .port import HostedAgent, MeshPort
 from .remote import error_payload
 from .routes import Routes
+from .stream_writer import StreamSender
+from .streams import CHUNK_TOPIC, STREAM_MARK, is_streamable
 from .watch import Watch
 
 if TYPE_CHECKING:
@@ -45,6 +48,8 @@ log = logging.getLogger("zmesh")
 
 #: What a retained value counts for in an inbox's byte limit (its size on the wire is not known here).
 _RETAINED_SIZE = 256
+#: Results that are a request's whole answer (anything else may be a stream: see zmesh._runtime.streams).
+_PLAIN_RESULTS = frozenset({type(None), dict, list, str, int, float, bool, bytes})
 
 
 class Delivery:
@@ -71,6 +76,8 @@ class Delivery:
         self.cancels = Cancellations(mesh.registry.node_of, self._clock.monotonic, dispatch.receipt, self.stats,
                                      dispatch.tell_started)
         watch.on_departure(self.cancels.departed)
+        self.streams = dispatch.streams
+        self._senders = StreamSender(dispatch.streams, self.tasks, dispatch.send_chunk, dispatch.stamp)
 
     # -- agents ------------------------------------------------------------
 
@@ -108,6 +115,9 @@ class Delivery:
                         self._overflow(agent_id, inbox, entry)
                     continue
                 self._accept(agent, inbox, entry)
+            return
+        if msg.correlation_id and msg.topic == CHUNK_TOPIC:
+            self.streams.chunk(agent_id, msg, origin)  # a chunk of a stream the agent reads
             return
         entry = Entry(msg, broadcast, origin, size, not broadcast and msg.correlation_id != "")
         if agent is None or inbox is None:
@@ -288,12 +298,51 @@ class Delivery:
             if result is not DEFERRED:
                 if isinstance(result, Message):
                     result = result.payload
+                if result.__class__ not in _PLAIN_RESULTS or msg.correlation_id[0] == STREAM_MARK:
+                    self._stream(agent, entry, result)  # its end releases the agent's slot
+                    return
                 self._dispatch.reply(msg, "ok", result)
+        elif result is not None and result.__class__ not in _PLAIN_RESULTS and is_streamable(result):
+            self._handler_failed(InvalidMessage(
+                "the handler streams, but only a request's answer can be a stream (nothing reads "
+                "the stream of a one-way message or a broadcast)"), extra)
+            return
         elif msg.qos and not entry.broadcast:
             self._dispatch.handled(entry.origin, msg)
         self._release(agent.id)
 
-    def _handler_failed(self, exc: BaseException, extra: tuple[HostedAgent, Entry]) -> None:
+    def _stream(self, agent: HostedAgent, entry: Entry, result: Any) -> None:
+        """Answer request ``entry`` with ``result``: a stream, sent chunk by chunk (or,
+        to a plain request, collected into one reply); any answer to a streamed request."""
+        msg = entry.msg
+
+        def ended(status: str, value: Any, sent: int) -> None:
+            if status != "ok":
+                self._handler_failed(value, (agent, entry), sent)
+                return
+            if not (self.cancels.running and self.cancels.ended(msg)):
+                self._dispatch.reply(msg, "ok", value)
+            self._release(agent.id)
+
+        task = self._senders.start(agent.id, msg, result, ended)
+        self.cancels.started(msg, task, entry.origin)
+
+    def stream_reply(self, request: Message, payload: Any) -> None:
+        """``agent.reply`` to a streamed request (its handler returned DEFERRED): send it as the stream."""
+        origin = self._mesh.registry.node_of(request.sender) or ""
+
+        def ended(status: str, value: Any, sent: int) -> None:
+            if self.cancels.running and self.cancels.ended(request):
+                return
+            if status == "ok":
+                self._dispatch.reply(request, "ok", value)
+            else:
+                self._dispatch.reply(request, "error", dict(error_payload(value), chunks=sent))
+
+        self.cancels.started(request, self._senders.start(request.target, request, payload, ended), origin)
+
+    def _handler_failed(self, exc: BaseException, extra: tuple[HostedAgent, Entry], sent: int = 0) -> None:
+        """``sent``: the chunks of its stream that went before it failed."""
         agent, entry = extra
         msg = entry.msg
         if entry.request and self.cancels.running and self.cancels.ended(msg):
@@ -314,7 +363,7 @@ class Delivery:
         self.stats["handler_errors"] += 1
         self._dispatch.dead(msg, "handler_error", f"{type(exc).__name__}: {exc}", agent.id)
         if entry.request:
-            self._dispatch.reply(msg, "error", error_payload(exc))
+            self._dispatch.reply(msg, "error", dict(error_payload(exc), chunks=sent) if sent else error_payload(exc))
         else:
             self._settled(entry)  # handled, if not well: running it again would not help
         self._release(agent.id)

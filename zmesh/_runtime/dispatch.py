@@ -28,6 +28,7 @@ from ..observer import Observer, Receipt
 from .node_messages import NodeMessages
 from .retained import RetainedStore
 from .routing import Providers
+from .streams import MORE_TOPIC, Streams
 from .context import trace_var
 from .delivery import Delivery
 from .config import RuntimeConfig
@@ -80,6 +81,9 @@ class Dispatch(NodeMessages):
         self.providers = Providers()
         #: The last value of each topic this node's agents broadcast with retain=True.
         self.retained = RetainedStore()
+        #: The streams this node's agents read and its handlers write.
+        self.streams = Streams(mesh.registry.node_of, mesh.taken, mesh.drop,
+                               lambda node, items: self.tell(node, MORE_TOPIC, items), self.stats)
         self.delivery = self._make_delivery()
         #: MeshSink.deliver: the delivery's own method, one call per message, not two.
         self.deliver = self.delivery.deliver
@@ -91,6 +95,7 @@ class Dispatch(NodeMessages):
         """The node is closing: sends and requests raise NodeClosed from now on."""
         self.closed = True
         self.delivery.cancels.close()
+        self.streams.close()
 
     def _closed_error(self) -> NodeClosed:
         return NodeClosed(f"node {self.config.node_id!r} is closed")
@@ -146,6 +151,20 @@ class Dispatch(NodeMessages):
             mesh.end_batch()
             await asyncio.sleep(0)
             mesh.hold()
+
+    async def send_chunk(self, msg: Message) -> None:
+        """Send a stream's chunk once flow control allows (no receipt, no dead letter:
+        the stream's request has those). AgentNotRegistered when the reader is gone."""
+        if self.closed:
+            raise self._closed_error()
+        mesh = self._mesh
+        route = mesh.try_send(msg, 0.0)
+        if not route:
+            started = mesh.now()
+            if route is None:
+                raise AgentNotRegistered(f"agent {msg.target!r}, reading the stream, is gone")
+            mesh.send(msg, await self._wait_credit(msg, "stream", started, None), started)
+        self.stats["chunks_sent"] += 1
 
     async def _wait_credit(self, msg: Message, kind: str, started: float, deadline: float | None) -> str:
         """Wait until ``msg.target`` may take one more message from us; return its route.

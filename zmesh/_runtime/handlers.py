@@ -39,7 +39,7 @@ import inspect
 import logging
 import os
 import sys
-from types import CoroutineType
+from types import CoroutineType, GeneratorType
 from typing import Any, Callable, Coroutine, TypeAlias
 
 __all__ = ["run_handler", "HandlerTasks", "DEFERRED", "Deferred", "handler_mode", "ASYNC", "THREAD", "INLINE",
@@ -59,11 +59,14 @@ CLOSE_GRACE = 5.0
 
 
 def handler_mode(handler: Callable[..., Any], inline: bool = False) -> str:
-    """Where ``handler`` runs: ASYNC (a coroutine function), THREAD or INLINE."""
+    """Where ``handler`` runs: ASYNC (a coroutine or async generator function), THREAD or INLINE.
+    (A plain generator function is THREAD: the pool advances it, see :mod:`.stream_writer`.)"""
     target: Any = handler
     while isinstance(target, functools.partial):
         target = target.func
     if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(getattr(target, "__call__", None)):
+        return ASYNC
+    if inspect.isasyncgenfunction(target):  # called on the loop: the call only makes the generator
         return ASYNC
     return INLINE if inline else THREAD
 
@@ -264,7 +267,9 @@ def _close_if_cancelled(coro: Coroutine[Any, Any, Any], failed: Failed, extra: A
 def finish(result: Any, done: Done, failed: Failed, extra: Any, tasks: HandlerTasks) -> asyncio.Task[None] | None:
     """What :func:`run_handler` does with a handler's return value (a coroutine
     is awaited in a Task): that Task while it runs, else None."""
-    if result.__class__ is not CoroutineType and (result is None or not asyncio.iscoroutine(result)):
+    if result.__class__ is not CoroutineType and (
+            result is None or result.__class__ is GeneratorType or not asyncio.iscoroutine(result)):
+        # (A plain generator is a stream's: Python < 3.12 counts it as a coroutine.)
         done(result, extra)
         return None
     loop = asyncio.get_running_loop()

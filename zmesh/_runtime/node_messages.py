@@ -18,6 +18,7 @@ from ..topics import check_pattern
 from .cancel import CANCEL_TOPIC, STARTED_TOPIC, WATCH_TOPIC, RequestId, node_message, request_id, request_ids
 from .retained import RETAINED_HEADROOM, RETAINED_TOPIC, retained_answer
 from .stats import answer
+from .streams import MORE_TOPIC, more_items
 
 if TYPE_CHECKING:
     from .config import RuntimeConfig
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from .port import MeshPort
     from .retained import RetainedStore
     from .routing import Providers
+    from .streams import Streams
 
 __all__ = ["NodeMessages"]
 
@@ -39,6 +41,7 @@ class NodeMessages:
     delivery: Delivery
     providers: Providers
     retained: RetainedStore
+    streams: Streams
     _node_stats: Callable[[], dict[str, Any]]
 
     if TYPE_CHECKING:
@@ -55,6 +58,14 @@ class NodeMessages:
                 self._mesh.drop("malformed", topic, f"from {printable(msg.sender)}")
                 return
             self._about_requests(topic, msg.sender[len(NODE_ADDRESS_PREFIX):], ids)
+            return
+        if topic == MORE_TOPIC:
+            self._mesh.taken(origin, msg.target)
+            items = more_items(msg)
+            if items is None:
+                self._mesh.drop("malformed", topic, f"from {printable(msg.sender)}")
+                return
+            self.streams.more(msg.sender, items)
             return
         if topic == RETAINED_TOPIC and msg.correlation_id:
             self._mesh.taken(origin, msg.target)
@@ -78,15 +89,17 @@ class NodeMessages:
         """Every node in the registry, this one included."""
         return [record.node_id for record in self._mesh.registry.nodes()]
 
-    def _about_requests(self, topic: str, node: str, ids: list[RequestId]) -> None:
-        if topic == CANCEL_TOPIC:
+    def _about_requests(self, topic: str, node: str, ids: list[Any]) -> None:
+        if topic == MORE_TOPIC:
+            self.streams.more(NODE_ADDRESS_PREFIX + node, ids)
+        elif topic == CANCEL_TOPIC:
             self.delivery.cancels.cancel(node, ids)
         elif topic == WATCH_TOPIC:
             self.delivery.cancels.watch(node, ids)
         else:
             self.providers.started_notice(ids)
 
-    def tell(self, node: str, topic: str, ids: list[RequestId]) -> None:
+    def tell(self, node: str, topic: str, ids: list[Any]) -> None:
         """Tell node ``node`` (this one included) ``topic`` about requests ``ids``."""
         if node == self.config.node_id:
             self._about_requests(topic, node, ids)

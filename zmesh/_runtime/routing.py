@@ -77,8 +77,10 @@ def _next_provider(dispatch: Dispatch, capability: str, tried: set[str], last: Z
 
 
 async def request_any(dispatch: Dispatch, capability: str, make: Callable[[str], Message], timeout: float,
-                      idempotent: bool) -> Message:
-    """Ask one provider of ``capability`` (``make(agent_id)`` builds the request), failing over."""
+                      idempotent: bool, kind: str = "request", answered: Callable[[], bool] | None = None,
+                      ) -> Message:
+    """Ask one provider of ``capability`` (``make(agent_id)`` builds the request), failing over.
+    ``answered`` (a stream's): has the caller had part of its answer already? Then no failover."""
     providers = dispatch.providers
     clock = dispatch.config.clock
     deadline = clock.monotonic() + timeout
@@ -94,9 +96,11 @@ async def request_any(dispatch: Dispatch, capability: str, make: Callable[[str],
         dispatch.watch_start(msg)
         providers.outstanding[target] += 1
         try:
-            return await dispatch.request(msg, remaining, "request")
+            return await dispatch.request(msg, remaining, kind)
         except _ANOTHER as exc:
             started = providers.done((msg.target, msg.correlation_id))
+            if answered is not None and answered():
+                raise
             if started and not idempotent and isinstance(exc, PeerLost):
                 raise PeerLost(f"{exc}; its handler had started on {target!r}, so it is not asked again "
                                "elsewhere (idempotent=True allows it)") from None

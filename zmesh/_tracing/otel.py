@@ -278,9 +278,9 @@ class TracedDelivery(Delivery):
         if not entry.request:
             self.end(id(entry))
 
-    def _handler_failed(self, exc: BaseException, extra: tuple[HostedAgent, Entry]) -> None:
+    def _handler_failed(self, exc: BaseException, extra: tuple[HostedAgent, Entry], sent: int = 0) -> None:
         found = self._spans.pop(self._key(extra[1]), None)  # its error reply must not end it as "error"
-        super()._handler_failed(exc, extra)
+        super()._handler_failed(exc, extra, sent)
         if found is not None:
             _failed(found[1], exc)
             found[1].end()

@@ -268,6 +268,42 @@ class Agent:
         )
         return _blocking(self._wait, answers)
 
+    def stream(
+        self,
+        target: str,
+        topic: str,
+        payload: Any = None,
+        *,
+        timeout: float = 30.0,
+        priority: int = 3,
+        ttl: float | None = None,
+        type: str = "query",
+        trace_id: str | None = None,
+    ) -> Generator[Any, None, None]:
+        """:meth:`zmesh.Agent.stream` as a blocking iterator of the chunks (``close()``
+        it, or leave a ``with contextlib.closing(...)`` block, to cancel the rest)."""
+        chunks = self._loop.run(lambda: self._agent.stream(
+            target, topic, payload, timeout=timeout, priority=priority, ttl=ttl, type=type, trace_id=trace_id))
+        return _blocking(self._wait, chunks)
+
+    def stream_any(
+        self,
+        capability: str,
+        topic: str,
+        payload: Any = None,
+        *,
+        timeout: float = 30.0,
+        idempotent: bool = False,
+        priority: int = 3,
+        type: str = "query",
+        trace_id: str | None = None,
+    ) -> Generator[Any, None, None]:
+        """:meth:`zmesh.Agent.stream_any` as a blocking iterator of the chunks."""
+        chunks = self._loop.run(lambda: self._agent.stream_any(
+            capability, topic, payload, timeout=timeout, idempotent=idempotent, priority=priority, type=type,
+            trace_id=trace_id))
+        return _blocking(self._wait, chunks)
+
     # -- handoff ---------------------------------------------------------
 
     @property
