@@ -1,6 +1,6 @@
 """How long a cancel takes to stop the work at the bottom of a delegate chain.
 
-    python bench/cancel_latency.py [TRIES] [--transport URL]   # default 20 tries, zmq
+    python bench/cancel_latency.py [TRIES] [--transport URL] [--stream]   # default 20 tries, zmq
 
 Three processes: this one (``top``), ``middle`` and ``bottom``. ``top``
 requests ``middle``, whose ``async def`` handler requests ``bottom``, whose
@@ -9,6 +9,11 @@ request and notes the time; ``bottom``'s handler notes when it sees
 ``CancelledError``. Both read ``time.monotonic()`` (one clock for every
 process of a host), so the difference is the cancel's way down two hops.
 Prints the median, the lowest and the highest, in milliseconds.
+
+With ``--stream`` it is a relayed stream instead: ``top`` streams from
+``middle``, whose handler returns ``bottom``'s stream; ``bottom``'s
+generator yields one chunk, then waits. Once ``top`` has that chunk it
+closes its stream, and ``bottom``'s generator notes when it sees the cancel.
 """
 
 from __future__ import annotations
@@ -29,6 +34,22 @@ async def hop(role: str, mesh: str, seed: str, transport: str) -> None:
     seeds = [seed] if transport == "zmq" else []
     async with zmesh.Node(mesh, name=role, seeds=seeds, transport=transport, discovery=False) as node:
         me = node.agent(role)
+
+        @me.on("tokens")
+        async def tokens(msg: zmesh.Message) -> object:
+            if role == "middle":
+                return me.stream("bottom", "tokens", msg.payload, timeout=60)  # relayed, not buffered
+            return bottom_tokens(msg)
+
+        async def bottom_tokens(msg: zmesh.Message) -> object:
+            print("started", msg.payload, flush=True)
+            yield "first"
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                print("seen", msg.payload, time.monotonic(), flush=True)
+                raise
+
         if role == "middle":
             @me.on("work")
             async def relay(msg: zmesh.Message) -> object:
@@ -46,7 +67,7 @@ async def hop(role: str, mesh: str, seed: str, transport: str) -> None:
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
 
-async def main(tries: int, transport: str) -> None:
+async def main(tries: int, transport: str, stream: bool) -> None:
     mesh = f"cancel-{os.getpid()}"
     async with zmesh.Node(mesh, name="top", transport=transport, discovery=False) as node:
         top = node.agent("top")
@@ -63,17 +84,27 @@ async def main(tries: int, transport: str) -> None:
             loop = asyncio.get_running_loop()
             took = []
             for i in range(tries):
-                asked = asyncio.ensure_future(top.request("middle", "work", i, timeout=60))
+                if stream:
+                    chunks = top.stream("middle", "tokens", i, timeout=60)
+                    asked = asyncio.ensure_future(chunks.__anext__())
+                else:
+                    asked = asyncio.ensure_future(top.request("middle", "work", i, timeout=60))
                 line = await loop.run_in_executor(None, bottom.stdout.readline)
                 assert line.split() == ["started", str(i)], line
-                cancelled_at = time.monotonic()
-                asked.cancel()
+                if stream:
+                    assert await asked == "first"
+                    cancelled_at = time.monotonic()
+                    asked = asyncio.ensure_future(chunks.aclose())
+                else:
+                    cancelled_at = time.monotonic()
+                    asked.cancel()
                 line = await loop.run_in_executor(None, bottom.stdout.readline)
                 word, number, seen_at = line.split()
                 assert (word, number) == ("seen", str(i)), line
                 took.append((float(seen_at) - cancelled_at) * 1e3)
                 await asyncio.gather(asked, return_exceptions=True)
-            print(f"cancel down two hops ({transport}), {tries} tries: median {statistics.median(took):.2f} ms, "
+            what = "a relayed stream's cancel" if stream else "cancel"
+            print(f"{what} down two hops ({transport}), {tries} tries: median {statistics.median(took):.2f} ms, "
                   f"min {min(took):.2f}, max {max(took):.2f}")
         finally:
             for child in children:
@@ -92,9 +123,12 @@ if __name__ == "__main__":
         asyncio.run(hop(*sys.argv[2:6]))
     else:
         args = sys.argv[1:]
+        streamed = "--stream" in args
+        if streamed:
+            args.remove("--stream")
         where = "zmq"
         if "--transport" in args:
             at = args.index("--transport")
             where = args[at + 1]
             del args[at:at + 2]
-        asyncio.run(main(int(args[0]) if args else 20, where))
+        asyncio.run(main(int(args[0]) if args else 20, where, streamed))

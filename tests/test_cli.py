@@ -452,3 +452,34 @@ async def test_null_sends_null_and_goes_with_no_payload(command: str) -> None:
             assert code == 2 and "--null" in err, err
             assert re.search(r"error: argument \S+: not allowed with argument", err), err
         assert got == [None]
+
+
+async def test_request_stream_prints_each_chunk_as_it_comes_and_an_error_after_them() -> None:
+    mesh = _mesh()
+    async with zmesh.Node(mesh, discovery=False) as node:
+        writer = node.agent("writer")
+        gate = asyncio.Event()
+
+        @writer.on("draft")
+        async def draft(msg: zmesh.Message) -> Any:
+            yield {"token": "first"}
+            await gate.wait()  # the first line is out before the second is made
+            for word in msg.payload.split():
+                yield {"token": word}
+
+        @writer.on("flaky")
+        async def flaky(msg: zmesh.Message) -> Any:
+            yield "one"
+            raise RuntimeError("the model went away")
+
+        async with CliProcess("request", "--mesh", mesh, "--seed", node.endpoint, "writer", "draft",
+                              '"hello streaming world"', "--stream") as cli:
+            await cli.wait_for_output(lambda lines: len(lines) >= 1, 20, "the first chunk")
+            gate.set()
+            assert await cli.finish() == 0, cli.err
+        assert [json.loads(line) for line in cli.out] == [
+            {"token": "first"}, {"token": "hello"}, {"token": "streaming"}, {"token": "world"}]
+
+        code, out, err = await run_zmesh("request", "--mesh", mesh, "--seed", node.endpoint, "writer", "flaky",
+                                         "--null", "--stream")
+        assert code == 1 and out.splitlines() == ['"one"'] and "the model went away" in err

@@ -45,6 +45,11 @@ EXPECTED = {
         "parent (root)           CLIENT   request draft.write  planner",
         "a draft about otters (checked)",
     ],
+    "stream_tokens.py": [
+        "the answer came in 41 chunks, from [fast]: word0 word1 word2 ...",
+        "cancelled: ['slow'] and its model's stream was closed",
+        "the UI stopped after 6 chunks; cancelled: ['slow', 'fast']; the fast model stopped early: True",
+    ],
     "review_swarm.py": [
         "reviewers: {'ada': {'model': 'fast-model'}, 'bob': {'model': 'fast-model'}, 'cy': {'model': 'slow-model'}}",
         "first two reviews from: ['ada', 'bob']",
@@ -56,7 +61,7 @@ EXPECTED = {
     ],
 }
 #: Examples that need an extra, skipped only where it is not installed (the test extra installs it).
-NEEDS = {"tracing.py": "opentelemetry.sdk.trace", "review_swarm.py": "openai"}
+NEEDS = {"tracing.py": "opentelemetry.sdk.trace", "review_swarm.py": "openai", "stream_tokens.py": "openai"}
 
 
 def test_every_example_is_checked() -> None:

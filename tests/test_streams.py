@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import tracemalloc
 from typing import Any, AsyncIterator, Iterator
 
@@ -155,6 +156,32 @@ async def test_a_reader_that_stops_early_stops_the_generator(transport: str) -> 
         await wait_for(lambda: n2.stats()["cancelled_running"] == 1, 5, "the cancel to be counted")
         assert n2.stats()["handler_errors"] == 0 and list(n2.dead_letters) == []
         assert tokens.yielded < 20 + 2 * WINDOW, "the producer ran at most a window ahead"
+
+
+async def test_a_stopped_plain_generator_sees_msg_cancelled_then_is_closed() -> None:
+    async with Mesh("zmq") as m:
+        n1, n2, a, b = await two_nodes(m)
+        seen: list[str] = []
+        in_step = threading.Event()
+
+        @b.on("lines")
+        def lines(msg: Message) -> Iterator[str]:
+            try:
+                yield "first"
+                in_step.set()
+                deadline = time.monotonic() + 20
+                while not msg.cancelled and time.monotonic() < deadline:  # a blocking step that polls
+                    time.sleep(0.005)
+                seen.append(f"step saw cancelled={msg.cancelled}")
+                yield "never read"
+            finally:
+                seen.append(f"closed with cancelled={msg.cancelled}")
+
+        async with a.stream("b", "lines", timeout=30) as stream:
+            assert await stream.__anext__() == "first"
+            await asyncio.get_running_loop().run_in_executor(None, in_step.wait, 10)
+        await wait_for(lambda: len(seen) == 2, 10, "the generator to stop")
+        assert seen == ["step saw cancelled=True", "closed with cancelled=True"]
 
 
 async def test_cancelling_the_reading_task_stops_the_generator(transport: str) -> None:

@@ -18,6 +18,8 @@ from .streams import CHUNK_TOPIC, Streams, Writer, is_stream_id, is_streamable
 
 __all__ = ["write", "collect", "MAX_COLLECTED", "StreamSender"]
 
+#: Seconds a stopped plain generator's step still running in the pool is waited for, to close it then.
+CLOSE_WAIT = 5.0
 #: Chunks a plain ``request`` to a streaming handler gets at most, as one list.
 MAX_COLLECTED = 10_000
 
@@ -64,10 +66,12 @@ class _Source:
                 await close()
             return
         running = self._running
-        if running is None:
-            await self._submit(source.close)
-        else:  # a next() still runs in its thread (a thread cannot be stopped): close after it
-            running.add_done_callback(lambda _: asyncio.ensure_future(self._submit(source.close)))
+        if running is not None:  # a next() still runs in its thread (a thread cannot be stopped)
+            await asyncio.wait({running}, timeout=CLOSE_WAIT)  # (msg.cancelled is True meanwhile)
+            if not running.done():  # close it once it returns, whenever that is
+                running.add_done_callback(lambda _: asyncio.ensure_future(self._submit(source.close)))
+                return
+        await self._submit(source.close)
 
 
 async def write(source: Any, request: Message, agent_id: str, writer: Writer, submit: Submit,

@@ -219,12 +219,26 @@ async def send(args: argparse.Namespace) -> int:
             msg = await agent.send(args.target, args.topic, args.payload_value)
             await node.settled(args.wait)  # let the frame leave before we close
             print(dumps({"id": msg.id, "target": msg.target, "topic": msg.topic}))
+        elif getattr(args, "stream", False):
+            await _print_stream(agent, args)
         else:
             reply = await agent.request(args.target, args.topic, args.payload_value, timeout=args.timeout)
             print(dumps(reply.payload))
     finally:
         await node.close()
     return 0
+
+
+async def _print_stream(agent: Any, args: argparse.Namespace) -> None:
+    """``request --stream``: each chunk a JSON line as it comes; a reader of stdout
+    that leaves (``| head``) stops the stream, and its handler."""
+    async with agent.stream(args.target, args.topic, args.payload_value, timeout=args.timeout) as chunks:
+        async for chunk in chunks:
+            try:
+                print(dumps(chunk), flush=True)
+            except BrokenPipeError:
+                stdout_gone()
+                return
 
 
 def stdout_gone() -> None:

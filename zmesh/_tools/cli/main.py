@@ -4,7 +4,7 @@
     zmesh keygen NAME [--dir DIR]                   write NAME.key and NAME.key_secret
     zmesh peers   --mesh lab [--seed EP] [--json]   the registry as a table (or JSON)
     zmesh send    --mesh lab TARGET TOPIC PAYLOAD   fire-and-forget; prints its id as JSON
-    zmesh request --mesh lab TARGET TOPIC PAYLOAD   request and print the reply as JSON
+    zmesh request --mesh lab TARGET TOPIC PAYLOAD   request and print the reply as JSON (--stream: each chunk)
     zmesh sub     --mesh lab PATTERN                print broadcasts as JSON lines
     zmesh top     --mesh lab [--once] [--json]      a live view: nodes, agents, rates, events
     zmesh ga-bridge --root ROOT [--spawn]           a GenericAgent checkout's sub-agents as mesh agents
@@ -148,7 +148,9 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
         if name == "request":
             p.add_argument("--timeout", type=_positive, default=DEFAULT_REQUEST_TIMEOUT,
                            help=f"seconds to wait for the reply (default {DEFAULT_REQUEST_TIMEOUT:g}, "
-                                "as in the Python API)")
+                                "as in the Python API; with --stream, for the whole stream)")
+            p.add_argument("--stream", action="store_true",
+                           help="ask for a streamed reply: print each chunk as a JSON line as it comes")
     s = sub_parsers.add_parser("sub", help="print broadcasts matching a pattern",
                                description="Print broadcasts matching a pattern, one JSON object a line: "
                                            "topic, sender, payload.")
