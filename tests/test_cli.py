@@ -303,6 +303,7 @@ def test_a_refusal_of_another_kind_gets_no_mesh_hint() -> None:
 
 
 _POSITIONALS = {"keygen": ["name"], "send": ["b", "topic", "1"], "request": ["b", "topic", "1"], "sub": ["news.>"],
+                "services": ["summarize"],
                 "ga-bridge": ["--root", "."]}
 
 
@@ -396,7 +397,7 @@ async def test_send_prints_one_json_object_and_every_printing_command_takes_json
         assert [_strict_loads(line)["payload"] for line in sub.out] == [5]
 
 
-@pytest.mark.parametrize("command", ["", "peers", "send", "request", "sub", "top"])
+@pytest.mark.parametrize("command", ["", "peers", "send", "request", "sub", "services", "top"])
 def test_the_help_says_what_json_each_command_prints(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit:
         main([command, "--help"] if command else ["--help"])

@@ -100,7 +100,7 @@ PUBLIC_NAMES = {
     "AddressInUse", "Agent", "AgentExists", "AgentInfo", "AgentNotRegistered", "Backpressure", "Clock", "DEFERRED",
     "DeadLetter", "DeadLetters", "FakeClock", "GatherReply", "Handoff", "HandoffResult", "HandlerError",
     "InvalidMessage", "LivenessConfig", "MeshEvent", "Message", "NoHandler", "NoProvider", "Node",
-    "NodeClosed", "NodeRecord", "PeerLost", "Receipt", "Registry", "SecurityError", "SystemClock", "Timeout",
+    "NodeClosed", "NodeRecord", "PeerLost", "Receipt", "Registry", "SecurityError", "Stream", "SystemClock", "Timeout",
     "Transport", "TransportError", "ZmeshError", "current_trace_id", "keygen", "new_id", "run", "trace_context",
 }
 

@@ -16,7 +16,7 @@ from zmesh import Message
 from .helpers import Mesh, wait_for
 
 AGENT_KEYS = {"handled", "inbox", "inbox_bytes", "running", "waiting_for_thread", "dropped", "dead_letters",
-              "concurrency", "inbox_size"}
+              "concurrency", "inbox_size", "requests", "errors", "request_ms"}
 
 
 async def poll_stats(asker: zmesh.Node, node_id: str, agent_id: str, want: dict[str, int]) -> dict[str, int]:

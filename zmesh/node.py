@@ -29,6 +29,7 @@ from ._runtime.port import MeshPort
 from ._runtime.inbox import DEFAULT_CONCURRENCY, DEFAULT_INBOX, DEFAULT_INBOX_BYTES
 from ._runtime.loop_watch import DEFAULT_BLOCK_WARNING, unwatch_loop, watch_loop
 from ._runtime.run import track, untrack
+from ._runtime.services import collect
 from ._runtime.stats import answer, ask, node_stats
 from ._runtime.routes import Routes
 from ._runtime.watch import Watch
@@ -420,6 +421,15 @@ class Node:
         if it does not answer in ``timeout`` s; the round trip is an RTT."""
         self._check_open()
         return await ask(self._dispatch, self.id, node_id, timeout)
+
+    async def services(self, capability: str | None = None, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
+        """Each capability in the registry (or only ``capability``), as the NATS
+        services framework gives its endpoints: ``providers`` (agent, node,
+        requests handled, errors, average_ms, running, inbox; ``error`` for a
+        provider whose node did not answer within ``timeout`` s), and totals."""
+        self._check_open()
+        return await collect(self.registry, lambda node, wait: ask(self._dispatch, self.id, node, wait),
+                             capability, timeout)
 
     # -- waiting ---------------------------------------------------------
 

@@ -248,6 +248,8 @@ class Delivery:
                     return
                 finish(result, self._handler_done, self._handler_failed, (agent, entry), self.tasks)
                 return
+            if entry.request:
+                entry.started = self._clock.monotonic()
             running = run_handler(handler, msg, self._handler_done, self._handler_failed, self.tasks,
                                   (agent, entry), mode, agent.id)
             if running is not None and entry.request:
@@ -293,6 +295,7 @@ class Delivery:
         msg = entry.msg
         if entry.request:
             if self.cancels.running and self.cancels.ended(msg):
+                self._served(agent.id, entry, False)
                 self._release(agent.id)  # cancelled: its requester waits for no result
                 return
             if result is not DEFERRED:
@@ -302,6 +305,7 @@ class Delivery:
                     self._stream(agent, entry, result)  # its end releases the agent's slot
                     return
                 self._dispatch.reply(msg, "ok", result)
+            self._served(agent.id, entry, False)
         elif result is not None and result.__class__ not in _PLAIN_RESULTS and is_streamable(result):
             self._handler_failed(InvalidMessage(
                 "the handler streams, but only a request's answer can be a stream (nothing reads "
@@ -322,6 +326,7 @@ class Delivery:
                 return
             if not (self.cancels.running and self.cancels.ended(msg)):
                 self._dispatch.reply(msg, "ok", value)
+            self._served(agent.id, entry, False)
             self._release(agent.id)
 
         task = self._senders.start(agent.id, msg, result, ended)
@@ -346,6 +351,7 @@ class Delivery:
         agent, entry = extra
         msg = entry.msg
         if entry.request and self.cancels.running and self.cancels.ended(msg):
+            self._served(agent.id, entry, False)
             log.debug("zmesh: handler of agent %r for topic %r stopped: its requester cancelled %s",
                       agent.id, msg.topic, msg.correlation_id)
             self._release(agent.id)
@@ -363,10 +369,19 @@ class Delivery:
         self.stats["handler_errors"] += 1
         self._dispatch.dead(msg, "handler_error", f"{type(exc).__name__}: {exc}", agent.id)
         if entry.request:
+            self._served(agent.id, entry, True)
             self._dispatch.reply(msg, "error", dict(error_payload(exc), chunks=sent) if sent else error_payload(exc))
         else:
             self._settled(entry)  # handled, if not well: running it again would not help
         self._release(agent.id)
+
+    def _served(self, agent_id: str, entry: Entry, failed: bool) -> None:
+        """Request ``entry``'s handler ended (``failed``: it raised): count it for ``node.services()``."""
+        inbox = self.inboxes.get(agent_id)
+        if inbox is not None and entry.started >= 0.0:
+            inbox.requests += 1
+            inbox.errors += failed
+            inbox.request_time += self._clock.monotonic() - entry.started
 
     def _settled(self, entry: Entry) -> None:
         """A one-way qos >= 1 message is done with here: acknowledge it."""

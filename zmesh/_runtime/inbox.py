@@ -32,11 +32,13 @@ class Entry:
     request: bool
     #: A broadcast's subscription: its pattern, or "" for the on() handlers (see _routes.Routes).
     route: str = ""
+    #: When a request's handler started (the node's monotonic clock), for its processing time.
+    started: float = -1.0
 
 
 class Inbox:
     __slots__ = ("concurrency", "max_count", "max_bytes", "running", "bytes", "broadcasts", "pumping", "slow",
-                 "heap", "_seq", "handled", "dropped", "dead_letters")
+                 "heap", "_seq", "handled", "dropped", "dead_letters", "requests", "errors", "request_time")
 
     def __init__(self, concurrency: int, max_count: int, max_bytes: int) -> None:
         self.concurrency = concurrency
@@ -55,6 +57,10 @@ class Inbox:
         self.handled = 0
         self.dropped = 0
         self.dead_letters = 0
+        #: Requests whose handler ended, those that failed, and the seconds they took in all (services).
+        self.requests = 0
+        self.errors = 0
+        self.request_time = 0.0
 
     def __len__(self) -> int:
         return len(self.heap)

@@ -46,14 +46,14 @@ COUNTERS = (
 STATS_TOPIC = "zmesh.stats"
 
 
-def agent_stats(inboxes: dict[str, Inbox], tasks: HandlerTasks) -> dict[str, dict[str, int]]:
+def agent_stats(inboxes: dict[str, Inbox], tasks: HandlerTasks) -> dict[str, dict[str, Any]]:
     """``stats()["by_agent"]``: each hosted agent's counters and inbox, by id.
 
     ``running`` counts the handlers running now; ``waiting_for_thread`` the
     plain ones started but waiting for a thread of a full worker pool
     (``Node(workers=N)``), which a least-loaded pick must count as load too.
     """
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for agent_id, inbox in inboxes.items():
         waiting = tasks.waiting_for_thread(agent_id)
         out[agent_id] = {
@@ -66,6 +66,9 @@ def agent_stats(inboxes: dict[str, Inbox], tasks: HandlerTasks) -> dict[str, dic
             "dead_letters": inbox.dead_letters,
             "concurrency": inbox.concurrency,
             "inbox_size": inbox.max_count,
+            "requests": inbox.requests,
+            "errors": inbox.errors,
+            "request_ms": round(inbox.request_time * 1e3, 3),
         }
     return out
 

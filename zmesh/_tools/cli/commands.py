@@ -209,6 +209,31 @@ async def peers(args: argparse.Namespace) -> int:
     return 0
 
 
+async def services(args: argparse.Namespace) -> int:
+    """Each capability's providers: requests, errors, average processing time (a table, or JSON)."""
+    node = await join(args)
+    try:
+        await node.settled(args.wait)
+        found = await node.services(args.capability, timeout=args.timeout)
+        if args.json:
+            print(dumps(found))
+            return 0
+        rows = [["CAPABILITY", "AGENT", "NODE", "REQUESTS", "ERRORS", "AVG MS", "RUNNING", "INBOX"]]
+        for cap, service in found.items():
+            for i, row in enumerate(service["providers"]):
+                name = cap if i == 0 else ""
+                if "error" in row:
+                    rows.append([name, row["agent"], row["node"], row["error"], "", "", "", ""])
+                else:
+                    rows.append([name, row["agent"], row["node"], str(row["requests"]), str(row["errors"]),
+                                 f"{row['average_ms']:.2f}", str(row["running"]), str(row["inbox"])])
+        print(_table(rows) if len(rows) > 1 else "no agent declares " + (
+            f"capability {args.capability!r}" if args.capability else "a capability"))
+    finally:
+        await node.close()
+    return 0
+
+
 async def send(args: argparse.Namespace) -> int:
     """``send`` and ``request``; ``args.payload_value`` is the parsed payload."""
     node = await join(args)

@@ -6,6 +6,7 @@
     zmesh send    --mesh lab TARGET TOPIC PAYLOAD   fire-and-forget; prints its id as JSON
     zmesh request --mesh lab TARGET TOPIC PAYLOAD   request and print the reply as JSON (--stream: each chunk)
     zmesh sub     --mesh lab PATTERN                print broadcasts as JSON lines
+    zmesh services --mesh lab [CAPABILITY]          providers by capability: requests, errors, average ms
     zmesh top     --mesh lab [--once] [--json]      a live view: nodes, agents, rates, events
     zmesh ga-bridge --root ROOT [--spawn]           a GenericAgent checkout's sub-agents as mesh agents
 
@@ -37,7 +38,7 @@ from ... import __version__
 from ...errors import InvalidMessage, ZmeshError
 from ..top.app import RICH_MISSING, top
 from . import ga_bridge
-from .commands import CLI_NODE_PREFIX, DEFAULT_REQUEST_TIMEOUT, CliError, peers, send, sub
+from .commands import CLI_NODE_PREFIX, DEFAULT_REQUEST_TIMEOUT, CliError, peers, send, services, sub
 from .json_output import PayloadError, parse_payload
 from .signals import run_command
 
@@ -96,8 +97,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 _EPILOG = """\
 output: peers prints a table (--json: the registry as one JSON object); send
-prints {"id", "target", "topic"} as JSON; request the reply's payload as JSON;
-sub one JSON object a line; top draws the view (--json: one JSON line a view).
+prints {"id", "target", "topic"} as JSON; request the reply's payload as JSON
+(--stream: each chunk a JSON line); sub one JSON object a line; services a table
+(--json: one JSON object); top draws the view (--json: one JSON line a view).
 All JSON printed is strict (no NaN). --json is accepted by every command that
 prints: send, request and sub print JSON anyway.
 exit codes: 0 done, 1 the mesh said no or nobody answered, 2 usage error,
@@ -130,6 +132,16 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
     _common(peers)
     _json_option(peers, "print the registry as one JSON object: mesh, and nodes with node_id, endpoint, "
                         "incarnation, cli_probe and agents (agent_id, capabilities, subscriptions)")
+    svc = sub_parsers.add_parser(
+        "services", help="each capability's providers: requests, errors, average processing time",
+        description="Each capability in the registry (or only CAPABILITY), as the NATS services framework "
+                    "shows endpoints: per provider, the requests its handlers ended, those that failed, the "
+                    "average processing time, the handlers running and the inbox.")
+    _common(svc)
+    svc.add_argument("capability", nargs="?", help="only this capability")
+    svc.add_argument("--timeout", type=_positive, default=2.0,
+                          help="seconds to wait for each node's figures (default 2)")
+    _json_option(svc, "print one JSON object: capability -> providers and totals")
     for name, help_text, prints in (
         ("send", "send a fire-and-forget message", 'prints {"id": ..., "target": ..., "topic": ...} as JSON'),
         ("request", "send a request", "prints the reply's payload as JSON"),
@@ -236,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     commands: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
         "peers": peers, "send": send, "request": send, "sub": sub, "top": top, "ga-bridge": ga_bridge.ga_bridge,
+        "services": services,
     }
     command = commands[args.command]
     try:
