@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..clock import SystemClock
 from ..errors import InvalidMessage
 from ..message import Message
 from ..registry import MeshEvent
@@ -49,7 +51,7 @@ log = logging.getLogger("zmesh")
 #: What a retained value counts for in an inbox's byte limit (its size on the wire is not known here).
 _RETAINED_SIZE = 256
 #: Results that are a request's whole answer (anything else may be a stream: see zmesh._runtime.streams).
-_PLAIN_RESULTS = frozenset({type(None), dict, list, str, int, float, bool, bytes})
+_PLAIN_RESULTS = frozenset({type(None), dict, list, str, int, float, bool, bytes, tuple})
 
 
 class Delivery:
@@ -77,6 +79,9 @@ class Delivery:
                                      dispatch.tell_started)
         watch.on_departure(self.cancels.departed)
         self.streams = dispatch.streams
+        #: The clock's monotonic time: time.monotonic itself on the real clock (one call less a request).
+        self._monotonic: Callable[[], float] = (
+            time.monotonic if type(self._clock) is SystemClock else self._clock.monotonic)
         self._senders = StreamSender(dispatch.streams, self.tasks, dispatch.send_chunk, dispatch.stamp)
 
     # -- agents ------------------------------------------------------------
@@ -249,7 +254,7 @@ class Delivery:
                 finish(result, self._handler_done, self._handler_failed, (agent, entry), self.tasks)
                 return
             if entry.request:
-                entry.started = self._clock.monotonic()
+                entry.started = self._monotonic()
             running = run_handler(handler, msg, self._handler_done, self._handler_failed, self.tasks,
                                   (agent, entry), mode, agent.id)
             if running is not None and entry.request:
@@ -265,12 +270,17 @@ class Delivery:
         finally:
             trace_var.reset(token)
 
-    def _release(self, agent_id: str) -> None:
-        """One of the agent's handlers ended: start what waits, as far as the limit allows."""
+    def _release(self, agent_id: str, ended: Entry | None = None, failed: bool = False) -> None:
+        """One of the agent's handlers ended (``ended``'s; ``failed``: it raised): start
+        what waits, as far as the limit allows. A request's counts for ``node.services()``."""
         inbox = self.inboxes.get(agent_id)
         if inbox is None:
             return
         inbox.running -= 1
+        if ended is not None and ended.started >= 0.0:
+            inbox.requests += 1
+            inbox.errors += failed
+            inbox.request_time += self._monotonic() - ended.started
         if inbox.pumping:
             return  # an outer call is already taking from this inbox (inline handlers)
         if inbox.heap:  # something waits (nothing: the common case, costs nothing more)
@@ -295,17 +305,16 @@ class Delivery:
         msg = entry.msg
         if entry.request:
             if self.cancels.running and self.cancels.ended(msg):
-                self._served(agent.id, entry, False)
-                self._release(agent.id)  # cancelled: its requester waits for no result
+                self._release(agent.id, entry)  # cancelled: its requester waits for no result
                 return
             if result is not DEFERRED:
                 if isinstance(result, Message):
                     result = result.payload
-                if result.__class__ not in _PLAIN_RESULTS or msg.correlation_id[0] == STREAM_MARK:
+                if (result.__class__ not in _PLAIN_RESULTS and is_streamable(result)) or \
+                        msg.correlation_id[0] == STREAM_MARK:
                     self._stream(agent, entry, result)  # its end releases the agent's slot
                     return
                 self._dispatch.reply(msg, "ok", result)
-            self._served(agent.id, entry, False)
         elif result is not None and result.__class__ not in _PLAIN_RESULTS and is_streamable(result):
             self._handler_failed(InvalidMessage(
                 "the handler streams, but only a request's answer can be a stream (nothing reads "
@@ -313,7 +322,7 @@ class Delivery:
             return
         elif msg.qos and not entry.broadcast:
             self._dispatch.handled(entry.origin, msg)
-        self._release(agent.id)
+        self._release(agent.id, entry)
 
     def _stream(self, agent: HostedAgent, entry: Entry, result: Any) -> None:
         """Answer request ``entry`` with ``result``: a stream, sent chunk by chunk (or,
@@ -326,8 +335,7 @@ class Delivery:
                 return
             if not (self.cancels.running and self.cancels.ended(msg)):
                 self._dispatch.reply(msg, "ok", value)
-            self._served(agent.id, entry, False)
-            self._release(agent.id)
+            self._release(agent.id, entry)
 
         task = self._senders.start(agent.id, msg, result, ended)
         self.cancels.started(msg, task, entry.origin)
@@ -351,10 +359,9 @@ class Delivery:
         agent, entry = extra
         msg = entry.msg
         if entry.request and self.cancels.running and self.cancels.ended(msg):
-            self._served(agent.id, entry, False)
             log.debug("zmesh: handler of agent %r for topic %r stopped: its requester cancelled %s",
                       agent.id, msg.topic, msg.correlation_id)
-            self._release(agent.id)
+            self._release(agent.id, entry)
             return
         if isinstance(exc, (asyncio.CancelledError, TimeoutError, asyncio.TimeoutError)):
             # A cancellation or a deadline somebody asked for (asyncio.timeout, a
@@ -369,19 +376,10 @@ class Delivery:
         self.stats["handler_errors"] += 1
         self._dispatch.dead(msg, "handler_error", f"{type(exc).__name__}: {exc}", agent.id)
         if entry.request:
-            self._served(agent.id, entry, True)
             self._dispatch.reply(msg, "error", dict(error_payload(exc), chunks=sent) if sent else error_payload(exc))
         else:
             self._settled(entry)  # handled, if not well: running it again would not help
-        self._release(agent.id)
-
-    def _served(self, agent_id: str, entry: Entry, failed: bool) -> None:
-        """Request ``entry``'s handler ended (``failed``: it raised): count it for ``node.services()``."""
-        inbox = self.inboxes.get(agent_id)
-        if inbox is not None and entry.started >= 0.0:
-            inbox.requests += 1
-            inbox.errors += failed
-            inbox.request_time += self._clock.monotonic() - entry.started
+        self._release(agent.id, entry, True)
 
     def _settled(self, entry: Entry) -> None:
         """A one-way qos >= 1 message is done with here: acknowledge it."""
