@@ -91,3 +91,14 @@ async def test_zmesh_services_prints_a_table_and_json() -> None:
         assert list(found) == ["draft"] and found["draft"]["providers"][0]["requests"] == 1
         code, out, err = await run_zmesh("services", "--mesh", mesh, "--seed", node.endpoint, "nothing")
         assert code == 0 and "no agent declares capability 'nothing'" in out
+
+
+def test_the_blocking_facade_has_services() -> None:
+    from zmesh import sync
+
+    with sync.Node("sync-services", discovery=False) as node:
+        worker, me = node.agent("w", capabilities=("echo",)), node.agent("me")
+        worker.add_handler("echo", lambda msg: msg.payload)
+        assert me.request("w", "echo", 1, timeout=10).payload == 1
+        found = node.services("echo")
+        assert found["echo"]["providers"][0]["requests"] == 1

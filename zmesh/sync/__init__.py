@@ -374,6 +374,9 @@ class Node:
         """Node ``node_id``'s ``stats()``, asked over the mesh (``Node.peer_stats``)."""
         return self._wait(self._node.peer_stats(node_id, timeout))
 
+    def services(self, capability: str | None = None, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
+        return self._wait(self._node.services(capability, timeout))
+
     def settled(self, timeout: float | None = None) -> bool:
         return self._wait(self._node.settled(timeout))
 
