@@ -74,6 +74,19 @@ async def test_a_provider_whose_node_does_not_answer_is_listed_with_its_error() 
         assert (found["x"]["requests"], found["x"]["average_ms"]) == (0, 0.0)
 
 
+async def test_a_node_with_malformed_figures_gets_an_error_row_not_an_exception() -> None:
+    async with Mesh("inproc") as m:
+        node = await m.node()
+        node.agent("a", capabilities=("x",))
+        node.agent("b", capabilities=("x",))
+
+        async def ask(node_id: str, timeout: float) -> dict[str, Any]:
+            return {"by_agent": {"a": {"requests": "many"}, "b": None}}
+
+        rows = (await collect(node.registry, ask, "x", 1.0))["x"]["providers"]
+        assert [row["error"] for row in rows] == ["InvalidMessage: its node's stats are malformed"] * 2
+
+
 async def test_zmesh_services_prints_a_table_and_json() -> None:
     mesh = f"services-{asyncio.get_running_loop().time():.0f}"
     async with zmesh.Node(mesh, discovery=False) as node:

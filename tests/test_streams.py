@@ -425,3 +425,83 @@ async def test_the_observer_records_a_stream() -> None:
         assert len([x async for x in a.stream("b", "tokens", 100)]) == 100
         assert [(r.kind, r.outcome) for r in receipts] == [("stream", "success")], "one receipt, not one a chunk"
 
+
+
+async def test_streams_cancelled_at_any_moment_leave_no_slot_taken() -> None:
+    async with Mesh("zmq") as m:
+        n1, n2 = await m.node(), await m.node()
+        a, b = n1.agent("a"), n2.agent("b", concurrency=1)
+        await m.converged()
+
+        @b.on("count")
+        async def count(msg: Message) -> AsyncIterator[int]:
+            for i in range(10):
+                yield i
+                await asyncio.sleep(0.01)
+
+        for attempt in range(60):  # the cancel lands before, with, or after the request's first step
+            reading = asyncio.ensure_future(a.stream("b", "count", timeout=5).__anext__())
+            for _ in range(attempt % 6):
+                await asyncio.sleep(0)
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
+        await wait_for(lambda: n2.stats()["by_agent"]["b"]["running"] == 0, 10, "every slot back")
+        assert [x async for x in a.stream("b", "count", timeout=10)] == list(range(10))
+        assert n2.stats()["handler_errors"] == 0
+
+
+async def test_a_stream_answered_by_reply_from_inside_its_handler_can_be_cancelled() -> None:
+    async with Mesh("inproc") as m:
+        n1, n2, a, b = await two_nodes(m)
+        closed = asyncio.Event()
+
+        async def numbers() -> AsyncIterator[int]:
+            try:
+                for i in range(100_000):
+                    yield i
+                    await asyncio.sleep(0.001)
+            finally:
+                closed.set()
+
+        @b.on("count")
+        async def count(msg: Message) -> Any:
+            await b.reply(msg, numbers())
+            return zmesh.DEFERRED
+
+        async with a.stream("b", "count", timeout=30) as stream:
+            async for _ in stream:
+                break
+        await asyncio.wait_for(closed.wait(), 10)
+
+
+async def test_a_stream_dropped_unread_is_forgotten_and_stops_its_producer() -> None:
+    import gc
+
+    async with Mesh("inproc") as m:
+        n1, n2, a, b = await two_nodes(m)
+        tokens = Tokens(pause=0.001)
+        b.add_handler("tokens", tokens)
+        async for _ in a.stream("b", "tokens", timeout=30):
+            break  # no async with: the garbage collector ends it
+        gc.collect()
+        await wait_for(lambda: tokens.stopped, 10, "the producer to be stopped")
+        await wait_for(lambda: not n1._dispatch.streams.readers, 10, "the reader to be forgotten")
+
+
+async def test_a_stream_has_one_reader_at_a_time() -> None:
+    async with Mesh("inproc") as m:
+        n1, n2, a, b = await two_nodes(m)
+        gate = asyncio.Event()
+
+        @b.on("later")
+        async def later(msg: Message) -> AsyncIterator[str]:
+            await gate.wait()
+            yield "x"
+
+        async with a.stream("b", "later", timeout=10) as stream:
+            first = asyncio.ensure_future(stream.__anext__())
+            await asyncio.sleep(0)
+            with pytest.raises(RuntimeError, match="one reader"):
+                await stream.__anext__()
+            gate.set()
+            assert await first == "x"

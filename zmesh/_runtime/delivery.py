@@ -79,10 +79,12 @@ class Delivery:
                                      dispatch.tell_started)
         watch.on_departure(self.cancels.departed)
         self.streams = dispatch.streams
+        #: Streamed requests answered by agent.reply() from inside their handler (see _handler_done).
+        self._replied: set[tuple[str, str]] = set()
         #: The clock's monotonic time: time.monotonic itself on the real clock (one call less a request).
         self._monotonic: Callable[[], float] = (
             time.monotonic if type(self._clock) is SystemClock else self._clock.monotonic)
-        self._senders = StreamSender(dispatch.streams, self.tasks, dispatch.send_chunk, dispatch.stamp)
+        self._senders = StreamSender(dispatch.streams, self.tasks, dispatch.send_chunk, dispatch.stamp, self._clock)
 
     # -- agents ------------------------------------------------------------
 
@@ -304,6 +306,12 @@ class Delivery:
         agent, entry = extra
         msg = entry.msg
         if entry.request:
+            if self._replied and result is DEFERRED and (agent.id, msg.correlation_id) in self._replied:
+                # It answered with agent.reply() before it returned: that stream's Task is the
+                # request's now (it holds the cancel's entry), not this handler's.
+                self._replied.discard((agent.id, msg.correlation_id))
+                self._release(agent.id, entry)
+                return
             if self.cancels.running and self.cancels.ended(msg):
                 self._release(agent.id, entry)  # cancelled: its requester waits for no result
                 return
@@ -343,8 +351,13 @@ class Delivery:
     def stream_reply(self, request: Message, payload: Any) -> None:
         """``agent.reply`` to a streamed request (its handler returned DEFERRED): send it as the stream."""
         origin = self._mesh.registry.node_of(request.sender) or ""
+        key = (request.target, request.correlation_id)
+        if self.cancels.early and self.cancels.cancelled_before_start(request, origin or None):
+            return  # cancelled while the handler had deferred its answer: nobody reads it
+        self._replied.add(key)  # (maybe from inside the handler, which has not returned yet: see _handler_done)
 
         def ended(status: str, value: Any, sent: int) -> None:
+            self._replied.discard(key)
             if self.cancels.running and self.cancels.ended(request):
                 return
             if status == "ok":

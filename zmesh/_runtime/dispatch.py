@@ -356,6 +356,8 @@ class Dispatch(NodeMessages):
         future = self._futures.get(key)
         if future is None or future.done():
             return
+        if reply is not None and reply.status != "ok" and self.streams.readers:
+            self.streams.error_reply(key, reply)  # a stream's: how many chunks went before it
         if error is not None:
             future.set_exception(error)
         else:

@@ -38,13 +38,16 @@ async def collect(registry: Registry, ask: Callable[[str, float], Awaitable[dict
                     raise stats
                 rows.append({"agent": agent_id, "node": node, "error": f"{type(stats).__name__}: {stats}"})
                 continue
-            figures = stats.get("by_agent", {}).get(agent_id, {})
-            requests = int(figures.get("requests", 0))
-            rows.append({
-                "agent": agent_id, "node": node, "requests": requests, "errors": int(figures.get("errors", 0)),
-                "average_ms": round(float(figures.get("request_ms", 0.0)) / requests, 3) if requests else 0.0,
-                "running": int(figures.get("running", 0)), "inbox": int(figures.get("inbox", 0)),
-            })
+            try:
+                figures = stats.get("by_agent", {}).get(agent_id, {})
+                requests = int(figures.get("requests", 0))
+                rows.append({
+                    "agent": agent_id, "node": node, "requests": requests, "errors": int(figures.get("errors", 0)),
+                    "average_ms": round(float(figures.get("request_ms", 0.0)) / requests, 3) if requests else 0.0,
+                    "running": int(figures.get("running", 0)), "inbox": int(figures.get("inbox", 0)),
+                })
+            except (AttributeError, TypeError, ValueError, OverflowError):
+                rows.append({"agent": agent_id, "node": node, "error": "InvalidMessage: its node's stats are malformed"})
         answered = [row for row in rows if "error" not in row]
         requests = sum(row["requests"] for row in answered)
         out[cap] = {

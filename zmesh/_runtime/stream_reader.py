@@ -99,7 +99,7 @@ class Stream:
             self._finish()
             raise asyncio.CancelledError()
         error = task.exception()
-        sent = 0
+        sent = reader.sent_before_error
         if error is None:
             reply = task.result()
             if reply.status == "ok":
@@ -122,6 +122,8 @@ class Stream:
                           f"{reader.consumed} arrived within its timeout")
 
     async def _wait(self, reader: Reader, task: asyncio.Future[Message]) -> None:
+        if reader.waiter is not None:
+            raise RuntimeError(f"{self!r} is read by another Task already: a stream has one reader")
         waiter = reader.waiter = asyncio.get_running_loop().create_future()
         timer = None
         if task.done() and self._deadline:  # the end is in, some chunks are not: wait for them until the deadline
@@ -156,9 +158,10 @@ class Stream:
                 await task
 
     def __del__(self) -> None:
-        task = self._task
-        if task is not None and not task.done():
+        task, reader = self._task, self._reader
+        if task is not None and reader is not None and not self._done:
             loop = task.get_loop()
             if not loop.is_closed():
-                with contextlib.suppress(RuntimeError):
+                with contextlib.suppress(RuntimeError):  # (the garbage collector may run in any thread)
                     loop.call_soon_threadsafe(task.cancel)
+                    loop.call_soon_threadsafe(self._streams.close_reader, reader)

@@ -11,6 +11,7 @@ import logging
 from types import GeneratorType
 from typing import Any, Awaitable, Callable
 
+from ..clock import Clock
 from ..errors import InvalidMessage
 from ..message import Message
 from .handlers import HandlerTasks
@@ -76,7 +77,7 @@ class _Source:
 
 async def write(source: Any, request: Message, agent_id: str, writer: Writer, submit: Submit,
                 send: Callable[[Message], Awaitable[None]], stamp: Callable[[Message, str | None], None],
-                ) -> int:
+                clock: Clock) -> int:
     """Send each item of ``source`` as a chunk of ``request``'s stream, from
     ``agent_id``; the number sent. Raises what the source raises (its
     writer counts what was sent); the source is closed in any case."""
@@ -84,7 +85,7 @@ async def write(source: Any, request: Message, agent_id: str, writer: Writer, su
     loop = asyncio.get_running_loop()
     try:
         while True:
-            await writer.window(loop)
+            await writer.window(loop, clock, request)
             item = await items.next()
             if item is _END:
                 return writer.sent
@@ -135,7 +136,8 @@ class StreamSender:
     cancelled by its requester's cancel, or when the node closes)."""
 
     def __init__(self, streams: Streams, tasks: HandlerTasks, send: Callable[[Message], Awaitable[None]],
-                 stamp: Callable[[Message, str | None], None]) -> None:
+                 stamp: Callable[[Message, str | None], None], clock: Clock) -> None:
+        self._clock = clock
         self._streams = streams
         self._tasks = tasks
         self._send = send
@@ -144,11 +146,25 @@ class StreamSender:
     def start(self, agent_id: str, request: Message, source: Any, ended: Ended) -> asyncio.Task[None]:
         """Send ``source`` (a stream, or one reply's payload) as the answer to
         ``request``; then ``ended`` says how it went (not when the node closes)."""
-        task = asyncio.get_running_loop().create_task(self._run(agent_id, request, source, ended))
+        began: list[bool] = []
+        task = asyncio.get_running_loop().create_task(self._run(agent_id, request, source, ended, began))
         self._tasks.add(task)
+        task.add_done_callback(lambda t: self._cancelled_early(t, began, source, ended))
         return task
 
-    async def _run(self, agent_id: str, request: Message, source: Any, ended: Ended) -> None:
+    def _cancelled_early(self, task: asyncio.Task[None], began: list[bool], source: Any, ended: Ended) -> None:
+        """Cancelled before its first step (a cancel in the same batch as the request):
+        ``_run`` never ran, so say it ended as it would have."""
+        if began or not task.cancelled() or self._tasks.closing:
+            return
+        if source.__class__ is GeneratorType:
+            source.close()  # never started: nothing of it runs
+        elif hasattr(source, "aclose"):
+            asyncio.ensure_future(source.aclose())
+        ended("error", asyncio.CancelledError(), 0)
+
+    async def _run(self, agent_id: str, request: Message, source: Any, ended: Ended, began: list[bool]) -> None:
+        began.append(True)
         tasks = self._tasks
 
         async def submit(fn: Callable[..., Any], *args: Any) -> Any:
@@ -161,7 +177,8 @@ class StreamSender:
                 if not is_streamable(source):
                     source = _one(source)  # a plain answer to a streamed request: one chunk
                 try:
-                    count = await write(source, request, agent_id, writer, submit, self._send, self._stamp)
+                    count = await write(source, request, agent_id, writer, submit, self._send, self._stamp,
+                                        self._clock)
                 finally:
                     self._streams.close_writer(request, writer)
                 ended("ok", count, count)

@@ -31,6 +31,8 @@ from types import AsyncGeneratorType, GeneratorType
 from typing import Any, Callable
 
 from .._wire.names import NODE_ADDRESS_PREFIX
+from ..clock import Clock
+from ..errors import Timeout
 from ..message import Message, new_request_id
 
 __all__ = ["STREAM_MARK", "CHUNK_TOPIC", "MORE_TOPIC", "WINDOW", "Reader", "Writer", "Streams", "is_stream_id",
@@ -86,7 +88,7 @@ class Reader:
     """What has arrived of one stream this node reads: chunks by their number,
     until the caller takes them."""
 
-    __slots__ = ("agent", "correlation_id", "chunks", "consumed", "reported", "producer", "waiter")
+    __slots__ = ("agent", "correlation_id", "chunks", "consumed", "reported", "producer", "waiter", "sent_before_error")
 
     def __init__(self, agent: str, correlation_id: str) -> None:
         self.agent = agent
@@ -99,6 +101,8 @@ class Reader:
         #: The agent sending the chunks (the target, or whoever it delegated to), from the first.
         self.producer = ""
         self.waiter: asyncio.Future[None] | None = None
+        #: What an error reply said went before it (its ``"chunks"``).
+        self.sent_before_error = 0
 
     def take(self) -> Any:
         """The next chunk in order, or :data:`MISSING` when it has not arrived."""
@@ -126,14 +130,29 @@ class Writer:
         self.acked = 0
         self.waiter: asyncio.Future[None] | None = None
 
-    async def window(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait until one more chunk may go."""
+    async def window(self, loop: asyncio.AbstractEventLoop, clock: Clock, request: Message) -> None:
+        """Wait until one more chunk may go; Timeout once ``request``'s ttl ran out
+        (its reader stopped waiting, and its cancel, if any, did not come)."""
         while self.sent - self.acked >= WINDOW:
+            timer = None
+            if request.ttl is not None:
+                left = request.timestamp + request.ttl - clock.time()
+                if left <= 0:
+                    raise Timeout(f"the reader of stream {request.correlation_id} took no more chunks "
+                                  "within the request's ttl")
+                timer = clock.call_later(left, self._wake)
             self.waiter = loop.create_future()
             try:
                 await self.waiter
             finally:
                 self.waiter = None
+                if timer is not None:
+                    timer.cancel()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 class Streams:
@@ -220,13 +239,22 @@ class Streams:
             if writer is None:
                 continue  # ended meanwhile
             if writer.node != node:
-                self._drop("spoofed_sender", node, "a window update for a stream another node reads")
-                continue
+                writer.node = self._node_of(writer.requester)  # unknown when the stream began, or moved
+                if writer.node != node:
+                    self._drop("spoofed_sender", node, "a window update for a stream another node reads")
+                    continue
             if writer.acked < consumed <= writer.sent:
                 writer.acked = consumed
                 waiter = writer.waiter
                 if waiter is not None and not waiter.done():
                     waiter.set_result(None)
+
+    def error_reply(self, key: tuple[str, str], reply: Message) -> None:
+        """A streamed request's error ``reply`` came for reader ``key``: note how many chunks went before it."""
+        reader = self.readers.get(key)
+        payload = reply.payload
+        if reader is not None and isinstance(payload, dict) and payload.get("chunks").__class__ is int:
+            reader.sent_before_error = max(0, min(payload["chunks"], reader.consumed + WINDOW))
 
     def close(self) -> None:
         for reader in list(self.readers.values()):
