@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from ..errors import Timeout, ZmeshError
+from ..errors import Timeout
 from ..message import Message
 from .remote import reply_error
 from .streams import MISSING, Reader, Streams
@@ -154,8 +154,9 @@ class Stream:
         task = self._task
         self._cancel()
         if task is not None:
-            with contextlib.suppress(asyncio.CancelledError, ZmeshError):
-                await task
+            await asyncio.wait({task})  # (a cancel of the caller itself still goes through)
+            if not task.cancelled():
+                task.exception()  # retrieved: how the request ended is the stream's business, not aclose's
 
     def __del__(self) -> None:
         task, reader = self._task, self._reader
