@@ -37,7 +37,7 @@ from .port import HostedAgent, MeshPort
 from .remote import error_payload
 from .routes import Routes
 from .stream_writer import StreamSender
-from .streams import CHUNK_TOPIC, STREAM_MARK, is_streamable
+from .streams import CHUNK_TOPIC, PLAIN_RESULTS, STREAM_MARK, is_streamable
 from .watch import Watch
 
 if TYPE_CHECKING:
@@ -50,8 +50,6 @@ log = logging.getLogger("zmesh")
 
 #: What a retained value counts for in an inbox's byte limit (its size on the wire is not known here).
 _RETAINED_SIZE = 256
-#: Results that are a request's whole answer (anything else may be a stream: see zmesh._runtime.streams).
-_PLAIN_RESULTS = frozenset({type(None), dict, list, str, int, float, bool, bytes, tuple})
 
 
 class Delivery:
@@ -318,12 +316,12 @@ class Delivery:
             if result is not DEFERRED:
                 if isinstance(result, Message):
                     result = result.payload
-                if (result.__class__ not in _PLAIN_RESULTS and is_streamable(result)) or \
+                if (result.__class__ not in PLAIN_RESULTS and is_streamable(result)) or \
                         msg.correlation_id[0] == STREAM_MARK:
                     self._stream(agent, entry, result)  # its end releases the agent's slot
                     return
                 self._dispatch.reply(msg, "ok", result)
-        elif result is not None and result.__class__ not in _PLAIN_RESULTS and is_streamable(result):
+        elif result is not None and result.__class__ not in PLAIN_RESULTS and is_streamable(result):
             self._handler_failed(InvalidMessage(
                 "the handler streams, but only a request's answer can be a stream (nothing reads "
                 "the stream of a one-way message or a broadcast)"), extra)

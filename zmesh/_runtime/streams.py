@@ -36,7 +36,7 @@ from ..errors import Timeout
 from ..message import Message, new_request_id
 
 __all__ = ["STREAM_MARK", "CHUNK_TOPIC", "MORE_TOPIC", "WINDOW", "Reader", "Writer", "Streams", "is_stream_id",
-           "new_stream_id", "is_streamable", "more_items", "MISSING"]
+           "new_stream_id", "is_streamable", "more_items", "MISSING", "PLAIN_RESULTS"]
 
 STREAM_MARK = "~"
 CHUNK_TOPIC = "zmesh.chunk"
@@ -63,10 +63,11 @@ def is_streamable(result: Any) -> bool:
     a :class:`zmesh.Stream`, any async iterator)?"""
     cls = result.__class__
     return cls is AsyncGeneratorType or cls is GeneratorType or (
-        cls not in _PLAIN and hasattr(cls, "__anext__") and hasattr(cls, "__aiter__"))
+        cls not in PLAIN_RESULTS and hasattr(cls, "__anext__") and hasattr(cls, "__aiter__"))
 
 
-_PLAIN = frozenset({type(None), dict, list, str, int, float, bool, bytes, tuple})
+#: Results that are a request's whole answer, never a stream (a set lookup spares the hot path a call).
+PLAIN_RESULTS = frozenset({type(None), dict, list, str, int, float, bool, bytes, tuple})
 
 
 def more_items(msg: Message) -> list[tuple[str, str, int]] | None:
