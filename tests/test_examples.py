@@ -45,6 +45,12 @@ EXPECTED = {
         "parent (root)           CLIENT   request draft.write  planner",
         "a draft about otters (checked)",
     ],
+    "last_will.py": [
+        "worker-1: up",
+        "worker-1: gone (its will, broadcast by this node)",
+        "worker-2: up",
+        "worker-2 closed; wills published by this node: 1",
+    ],
     "stream_tokens.py": [
         "the answer came in 41 chunks, from [fast]: word0 word1 word2 ...",
         "cancelled: ['slow'] and its model's stream was closed",

@@ -16,7 +16,7 @@ from ._agent_handoff import HANDOFF_GRACE, HandoffCalls  # noqa: F401 - HANDOFF_
 from ._agent_stream import StreamCalls
 from ._runtime.streams import is_stream_id
 from ._wire.names import check_capabilities
-from .registry import check_meta
+from .registry import Will, check_meta, check_will
 from .errors import InvalidMessage, NodeClosed
 from .message import MESSAGE_TYPES, Message, check_options, new_request_id
 from .topics import _valid_topics as _checked_topics
@@ -40,13 +40,14 @@ class Agent(HandoffCalls, CapabilityCalls, StreamCalls):
 
     def __init__(
         self, node: Node, host: AgentHost, agent_id: str, capabilities: tuple[str, ...], routes: Routes,
-        meta: Mapping[str, Any] | None = None,
+        meta: Mapping[str, Any] | None = None, will: Will | None = None,
     ) -> None:
         self.node = node
         self._host = host
         self.id = agent_id
         self._capabilities = capabilities
         self._meta: Mapping[str, Any] = MappingProxyType(dict(meta or {}))
+        self._will = will
         self._routes = routes  # its on() handlers and its subscriptions (the node's delivery reads them too)
         #: The ``on()`` handler that takes a topic and where it runs ("async", "thread" or "inline").
         self.handler_entry: Callable[[str], tuple[Handler, str] | None] = routes.handler_entry
@@ -90,6 +91,22 @@ class Agent(HandoffCalls, CapabilityCalls, StreamCalls):
             raise NodeClosed(f"agent {self.id!r} is closed")
         if checked != dict(self._meta):
             self._meta = MappingProxyType(checked)
+            self._host.changed(self)
+
+    @property
+    def will(self) -> Will | None:
+        """The ``(topic, payload)`` broadcast for this agent if its node goes
+        without a goodbye (``node.agent(..., will=...)``); None: no will.
+        Assigning one republishes it, as for :attr:`capabilities`."""
+        return self._will
+
+    @will.setter
+    def will(self, will: tuple[str, Any] | None) -> None:
+        checked = check_will(will)
+        if self._closed:
+            raise NodeClosed(f"agent {self.id!r} is closed")
+        if checked != self._will:
+            self._will = checked
             self._host.changed(self)
 
     # -- handlers --------------------------------------------------------

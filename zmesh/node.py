@@ -40,7 +40,7 @@ from .deadletters import DeadLetters
 from .errors import AgentExists, InvalidMessage, NodeClosed, Timeout, TransportError, ZmeshError
 from .liveness import LivenessConfig
 from .observer import Observer
-from .registry import MeshEvent, Registry, check_meta
+from .registry import MeshEvent, Registry, check_meta, check_will
 from .security import TrustSpec, resolve_security, trust_store
 from .store import SqliteStore, Store
 from .transport import default_transport, make_transport, transport_class
@@ -347,6 +347,7 @@ class Node:
         inbox_size: int = DEFAULT_INBOX,
         inbox_bytes: int = DEFAULT_INBOX_BYTES,
         meta: Mapping[str, Any] | None = None,
+        will: tuple[str, Any] | None = None,
     ) -> Agent:
         """Register an agent on this node; AgentExists if the id is taken mesh-wide.
 
@@ -364,17 +365,24 @@ class Node:
         e.g. its model or cost: at most 16 names, each value a string of at
         most 256 characters, a number, a bool or None (``agent.meta = ...``
         changes it).
+
+        ``will``: a ``(topic, payload)`` the mesh broadcasts for the agent
+        if its node goes without a goodbye (it is killed, loses the network
+        or stalls past its peers' patience): one surviving node publishes
+        it, from its node address. Closing the agent or the node says
+        goodbye; ``agent.will = ...`` changes it, None clears it.
         """
         self._check_open()
         caps = check_agent_options(agent_id, capabilities, concurrency, inbox_size, inbox_bytes)
         own_meta = check_meta(meta)
+        own_will = check_will(will)
         if agent_id in self._agents:
             raise AgentExists(f"agent {agent_id!r} is already registered on this node")
         other = self.registry.node_of(agent_id)
         if other is not None:
             raise AgentExists(f"agent {agent_id!r} is already registered on node {other!r}")
         routes = Routes()
-        agent = Agent(self, self._agent_port, agent_id, caps, routes, own_meta)
+        agent = Agent(self, self._agent_port, agent_id, caps, routes, own_meta, own_will)
         self._agents[agent_id] = agent
         self._dispatch.delivery.add_agent(agent_id, routes, concurrency, inbox_size, inbox_bytes)
         self._agent_changed(agent)
@@ -387,7 +395,8 @@ class Node:
 
     def _agent_changed(self, agent: Agent) -> None:
         if self._agents.get(agent.id) is agent:
-            self._mesh.set_agent(agent.id, agent.capabilities, frozenset(agent.subscriptions), agent.meta)
+            self._mesh.set_agent(agent.id, agent.capabilities, frozenset(agent.subscriptions), agent.meta,
+                                 agent.will)
 
     def _remove_agent(self, agent_id: str) -> None:
         if self._agents.pop(agent_id, None) is not None:

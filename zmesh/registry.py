@@ -11,13 +11,14 @@ join of every agent.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
+from ._agent_profile import MAX_META_KEYS, MAX_WILL_BYTES, Will, check_meta, check_will, parse_meta, parse_wills
 from .errors import FrameError
 from .topics import matches
 
 __all__ = ["NodeRecord", "AgentInfo", "MeshEvent", "Registry", "parse_record", "EVENT_KINDS", "DEFAULT_MAX_PAYLOAD",
-           "check_meta", "MAX_META_KEYS"]
+           "check_meta", "MAX_META_KEYS", "check_will", "MAX_WILL_BYTES", "Will"]
 
 EVENT_KINDS = (
     "peer_joined",
@@ -29,7 +30,10 @@ EVENT_KINDS = (
     "agent_left",
     "subscribed",
     "unsubscribed",
+    "will",
 )
+
+
 
 _MAX_AGENTS = 10_000
 #: A node's limit on one encoded message, when its record does not say (older nodes).
@@ -57,6 +61,8 @@ class NodeRecord:
     max_payload: int = DEFAULT_MAX_PAYLOAD
     #: Each agent's free-form ``meta`` (``node.agent(..., meta=...)``), for those that have one.
     meta: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: Each agent's last will (``node.agent(..., will=...)``), for those that have one.
+    wills: Mapping[str, Will] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.routers:
@@ -79,6 +85,7 @@ class NodeRecord:
             "subs": {a: sorted(p) for a, p in self.subs.items()},
             "max_payload": self.max_payload,
             **({"meta": {a: dict(m) for a, m in self.meta.items()}} if self.meta else {}),
+            **({"wills": {a: list(w) for a, w in self.wills.items()}} if self.wills else {}),
         }
 
 
@@ -123,10 +130,8 @@ def parse_record(data: Any) -> NodeRecord:
         max_payload = data.get("max_payload", DEFAULT_MAX_PAYLOAD)
         if max_payload.__class__ is not int or max_payload < 1:
             raise FrameError("malformed", "record field max_payload")
-        meta_in = data.get("meta", {})
-        if meta_in.__class__ is not dict or not all(a in agents for a in meta_in):
-            raise FrameError("malformed", "record field meta")
-        meta = {a: check_meta(m, _malformed_meta) for a, m in meta_in.items()}
+        meta = parse_meta(data.get("meta", {}), agents)
+        wills = parse_wills(data.get("wills", {}), agents)
         return NodeRecord(
             routers=tuple(_str(e, "routers", 1024) for e in routers),
             pubs=tuple(_str(e, "pubs", 1024) for e in pubs),
@@ -141,34 +146,10 @@ def parse_record(data: Any) -> NodeRecord:
             subs=subs,
             max_payload=max_payload,
             meta=meta,
+            wills=wills,
         )
     except KeyError as exc:
         raise FrameError("malformed", f"record lacks {exc}") from None
-
-
-#: An agent's ``meta``: at most this many keys, each at most 64 characters; string values at most 256.
-MAX_META_KEYS = 16
-_META_VALUES = (str, int, float, bool, type(None))
-
-
-def check_meta(meta: object, error: Callable[[str], Exception] = ValueError) -> dict[str, Any]:
-    """An agent's ``meta`` as a plain dict; ``error`` unless it is a small map of
-    names to strings, numbers, booleans or None."""
-    if meta is None:
-        return {}
-    if not isinstance(meta, dict) or len(meta) > MAX_META_KEYS:
-        raise error(f"meta must be a dict of at most {MAX_META_KEYS} entries, got {meta!r}"[:300])
-    for key, value in meta.items():
-        if not isinstance(key, str) or not key or len(key) > 64:
-            raise error(f"meta keys must be non-empty strings of at most 64 characters, got {key!r}"[:300])
-        if value.__class__ not in _META_VALUES or (isinstance(value, str) and len(value) > 256):
-            raise error(f"meta[{key!r}] must be a string (at most 256 characters), a number, a bool or None, "
-                        f"got {value!r}"[:300])
-    return dict(meta)
-
-
-def _malformed_meta(why: str) -> FrameError:
-    return FrameError("malformed", "record field meta")
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +170,8 @@ class MeshEvent:
     node_id: str
     agent_id: str = ""
     detail: str = ""
+    #: A ``will`` event's payload (``detail`` is its topic).
+    payload: Any = field(default=None, compare=False)
 
 
 def _subscription_events(node_id: str, old: Mapping[str, frozenset[str]], new: Mapping[str, frozenset[str]],
@@ -201,6 +184,10 @@ def _subscription_events(node_id: str, old: Mapping[str, frozenset[str]], new: M
         events += [MeshEvent("unsubscribed", node_id, agent_id, p) for p in sorted(before - after)]
         events += [MeshEvent("subscribed", node_id, agent_id, p) for p in sorted(after - before)]
     return events
+
+
+def _will_events(rec: NodeRecord) -> list[MeshEvent]:
+    return [MeshEvent("will", rec.node_id, a, topic, payload) for a, (topic, payload) in rec.wills.items()]
 
 
 class Registry:
@@ -301,6 +288,7 @@ class Registry:
         else:
             if rec.incarnation < old.incarnation:
                 return []  # a late record of an older incarnation
+            events += _will_events(old)  # the old incarnation went without a goodbye
             events.append(MeshEvent("peer_restarted", rec.node_id))
             old_agents = old.agents
         self._records[rec.node_id] = rec
@@ -313,15 +301,15 @@ class Registry:
         self._reindex(old, rec)
         return events
 
-    def remove(self, node_id: str, detail: str = "") -> list[MeshEvent]:
-        """Forget a node and its agents; return the events."""
+    def remove(self, node_id: str, detail: str = "", goodbye: bool = False) -> list[MeshEvent]:
+        """Forget a node and its agents; return the events (a ``will`` for
+        each will its record holds, unless the node said ``goodbye``)."""
         rec = self._records.pop(node_id, None)
         if rec is None:
             return []
         self._reindex(rec, None)
-        return [MeshEvent("agent_left", node_id, a) for a in rec.agents] + [
-            MeshEvent("peer_left", node_id, detail=detail)
-        ]
+        return [*(() if goodbye else _will_events(rec)), *(MeshEvent("agent_left", node_id, a) for a in rec.agents),
+                MeshEvent("peer_left", node_id, detail=detail)]
 
     def _reindex(self, old: NodeRecord | None, new: NodeRecord | None) -> None:
         """Update the agent index for one node's record changing from ``old`` to ``new``.

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 from .._wire import codec
 from .._wire.names import printable
 from ..errors import NodeClosed
-from ..registry import NodeRecord, Registry
+from ..registry import NodeRecord, Registry, Will
 from . import inbound
 from .commands import Commands
 from .config import (
@@ -68,6 +68,7 @@ class Engine(Commands):
         self.seq = 0
         self.agents: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
         self.agent_meta: dict[str, Mapping[str, Any]] = {}  # the agents that have one
+        self.agent_wills: dict[str, Will] = {}  # the agents that have one
         self.hold = False
         self.started = False
         self.closed = False
@@ -181,20 +182,26 @@ class Engine(Commands):
             subs={a: subs for a, (_, subs) in self.agents.items() if subs},
             max_payload=self.max_payload,
             meta=dict(self.agent_meta),
+            wills=dict(self.agent_wills),
         )
 
     def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str],
-                  meta: Mapping[str, Any] | None = None) -> None:
-        """Host (or update) an agent; its capabilities, subscriptions and meta go to every peer."""
+                  meta: Mapping[str, Any] | None = None, will: Will | None = None) -> None:
+        """Host (or update) an agent; its capabilities, subscriptions, meta and will go to every peer."""
         self.agents[agent_id] = (capabilities, subscriptions)
         if meta:
             self.agent_meta[agent_id] = meta
         else:
             self.agent_meta.pop(agent_id, None)
+        if will is not None:
+            self.agent_wills[agent_id] = will
+        else:
+            self.agent_wills.pop(agent_id, None)
         self._record_changed()
 
     def remove_agent(self, agent_id: str) -> None:
         self.agent_meta.pop(agent_id, None)
+        self.agent_wills.pop(agent_id, None)
         if self.agents.pop(agent_id, None) is not None:
             self._record_changed()
 

@@ -132,7 +132,8 @@ def published(engine: Engine, frame: bytes) -> None:
             msg = codec.message_from_item(item)
             if msg.target:
                 raise FrameError("malformed", "published message with a target")
-            if msg.sender not in peer.record.agents and seq <= peer.record.seq:
+            if (msg.sender not in peer.record.agents and seq <= peer.record.seq
+                    and msg.sender != node_address(peer.node_id)):  # a node's own: a will it publishes
                 raise FrameError("spoofed_sender", msg.sender)
             if rule is not None and not rule.topic_ok(msg.topic):
                 raise FrameError("policy", f"its key may not use topic {msg.topic!r}")

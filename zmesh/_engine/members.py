@@ -314,7 +314,7 @@ class Members:
         self.move(peer, event)
         silent = (event == "silent" or event == "cut") and not e.closed
         self.detach(peer, why, keep_link=silent)
-        for mesh_event in e.registry.remove(peer.node_id, why):
+        for mesh_event in e.registry.remove(peer.node_id, why, goodbye=event == "bye"):
             e.out((EVENT, mesh_event))
         e.out((ACKED,))
         log.info("zmesh %s: peer %s left (%s)", e.node_id, printable(peer.node_id), why)

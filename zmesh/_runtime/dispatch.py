@@ -36,6 +36,7 @@ from .handlers import HandlerTasks
 from .port import HostedAgent, MeshPort, RequestKey
 from .remote import reply_error
 from .watch import Watch
+from .wills import Wills
 
 __all__ = ["Dispatch"]
 
@@ -81,6 +82,9 @@ class Dispatch(NodeMessages):
         self.providers = Providers()
         #: The last value of each topic this node's agents broadcast with retain=True.
         self.retained = RetainedStore()
+        #: The last wills this node publishes for nodes gone without a goodbye.
+        self.wills = Wills(config.node_id, mesh.registry, self._publish_will, self._clock, self.stats)
+        watch.on_event(self.wills.on_event)
         #: The streams this node's agents read and its handlers write.
         self.streams = Streams(mesh.registry.node_of, mesh.taken, mesh.drop,
                                lambda node, items: self.tell(node, MORE_TOPIC, items), self.stats)
@@ -94,6 +98,7 @@ class Dispatch(NodeMessages):
     def close(self) -> None:
         """The node is closing: sends and requests raise NodeClosed from now on."""
         self.closed = True
+        self.wills.closed = True
         self.delivery.cancels.close()
         self.streams.close()
 
@@ -369,6 +374,10 @@ class Dispatch(NodeMessages):
     def handled(self, origin: str, msg: Message) -> None:
         """A one-way qos >= 1 message's handler finished: acknowledge it."""
         self._mesh.handled(origin, msg)
+
+    def _publish_will(self, msg: Message) -> int:
+        self.stamp(msg, None)
+        return self.broadcast(msg)
 
     def broadcast(self, msg: Message) -> int:
         started = self._clock.monotonic()

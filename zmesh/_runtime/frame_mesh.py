@@ -19,6 +19,7 @@ from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 from .._engine import Engine, EngineConfig
 from ..clock import Clock
 from ..message import Message
+from ..registry import Will
 from ..transport.base import Transport
 from .driver import Driver
 from .port import MeshSink, RequestKey
@@ -156,8 +157,8 @@ class FrameMesh(Driver, Generic[S]):
         self.pump()
 
     def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str],
-                  meta: Mapping[str, Any] | None = None) -> None:
-        self.engine.set_agent(agent_id, capabilities, subscriptions, meta)
+                  meta: Mapping[str, Any] | None = None, will: Will | None = None) -> None:
+        self.engine.set_agent(agent_id, capabilities, subscriptions, meta, will)
         self.pump()
 
     def remove_agent(self, agent_id: str) -> None:

@@ -38,6 +38,7 @@ from .._wire.names import node_address, printable
 from ..clock import Clock, SystemClock, TimerHandle
 from ..errors import FrameError, InvalidMessage, NodeClosed, PeerLost, Timeout, TransportError, ZmeshError
 from ..message import Message
+from ..registry import Will
 from ..topics import matches
 from ..transport.message import MessageTransport
 from .frame_mesh import LEARN_WINDOW
@@ -64,6 +65,10 @@ class _Pending:
         self.timer = timer
         self.message = message
         self.timeout = timeout
+
+
+#: Seconds a closing node waits for every peer to have its record without wills.
+WILLS_DROPPED_WAIT = 2.0
 
 
 class MessageMesh(Generic[S]):
@@ -125,6 +130,10 @@ class MessageMesh(Generic[S]):
         """Nothing to discover: the broker is where nodes meet."""
 
     async def leave(self) -> None:
+        if self.running and self.records.drop_wills():
+            # A peer must see our record without wills before it sees it gone,
+            # or it takes the going for a death and publishes them.
+            await self.watch.settled(lambda: not self.running or self.records.is_settled(), WILLS_DROPPED_WAIT)
         was_running = self.running
         self.running = False
         self.records.live = False
@@ -163,8 +172,8 @@ class MessageMesh(Generic[S]):
         """Keys are the broker's business here (its own authentication)."""
 
     def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str],
-                  meta: Mapping[str, Any] | None = None) -> None:
-        self.records.set_agent(agent_id, capabilities, subscriptions, meta)
+                  meta: Mapping[str, Any] | None = None, will: Will | None = None) -> None:
+        self.records.set_agent(agent_id, capabilities, subscriptions, meta, will)
 
     def remove_agent(self, agent_id: str) -> None:
         self.records.remove_agent(agent_id)

@@ -18,7 +18,7 @@ from .._engine import EngineConfig
 from .._wire.names import NODE_ADDRESS_PREFIX, node_address
 from ..errors import FrameError
 from ..message import Message
-from ..registry import MeshEvent, NodeRecord, Registry, parse_record
+from ..registry import MeshEvent, NodeRecord, Registry, Will, parse_record
 from ..transport.message import MessageTransport, MessageWire
 
 __all__ = ["Records", "RECORD_SEEN"]
@@ -41,6 +41,7 @@ class Records:
         #: Hosted agents: id -> (capabilities, subscriptions).
         self.agents: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
         self.agent_meta: dict[str, Mapping[str, Any]] = {}  # the agents that have one
+        self.agent_wills: dict[str, Will] = {}  # the agents that have one
         #: Whether the transport is started (addresses, patterns and records reach it).
         self.live = False
         #: Every record there was at start has been read.
@@ -70,13 +71,17 @@ class Records:
     # -- ours ------------------------------------------------------------
 
     def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str],
-                  meta: Mapping[str, Any] | None = None) -> None:
+                  meta: Mapping[str, Any] | None = None, will: Will | None = None) -> None:
         old = self.agents.get(agent_id)
         self.agents[agent_id] = (capabilities, subscriptions)
         if meta:
             self.agent_meta[agent_id] = meta
         else:
             self.agent_meta.pop(agent_id, None)
+        if will is not None:
+            self.agent_wills[agent_id] = will
+        else:
+            self.agent_wills.pop(agent_id, None)
         if self.live and old is None:
             self.transport.listen(agent_id)
         self._repattern(old[1] if old is not None else frozenset(), subscriptions)
@@ -84,6 +89,7 @@ class Records:
 
     def remove_agent(self, agent_id: str) -> None:
         self.agent_meta.pop(agent_id, None)
+        self.agent_wills.pop(agent_id, None)
         old = self.agents.pop(agent_id, None)
         if old is None:
             return
@@ -113,7 +119,17 @@ class Records:
             subs={a: subs for a, (_, subs) in agents.items() if subs},
             max_payload=config.max_payload,
             meta=dict(self.agent_meta),
+            wills=dict(self.agent_wills),
         )
+
+    def drop_wills(self) -> bool:
+        """The node is closing in good order: put our record without wills,
+        so a peer that sees it go next publishes none. False if it had none."""
+        if not self.agent_wills:
+            return False
+        self.agent_wills.clear()
+        self._changed()
+        return True
 
     def _changed(self) -> None:
         self._seq += 1
@@ -135,7 +151,7 @@ class Records:
         """Node ``node_id``'s record (None: gone); the events it causes."""
         if data is None:
             self._seen_by.pop(node_id, None)
-            return self.registry.remove(node_id, "left")
+            return self.registry.remove(node_id, "left")  # after a goodbye, its last record has no wills
         try:
             record = parse_record(msgpack.unpackb(data, raw=False, strict_map_key=False))
         except FrameError as exc:

@@ -36,7 +36,7 @@ import asyncio
 from typing import Any, Callable, Mapping, Protocol
 
 from ..message import Message
-from ..registry import Registry
+from ..registry import Registry, Will
 from .routes import Entry
 
 __all__ = ["MeshPort", "MeshSink", "HostedAgent", "RequestKey"]
@@ -166,7 +166,7 @@ class MeshPort(Protocol):
         ...
 
     def set_agent(self, agent_id: str, capabilities: tuple[str, ...], subscriptions: frozenset[str],
-                  meta: Mapping[str, Any] | None = None) -> None: ...
+                  meta: Mapping[str, Any] | None = None, will: Will | None = None) -> None: ...
 
     def remove_agent(self, agent_id: str) -> None: ...
 

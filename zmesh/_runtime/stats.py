@@ -39,7 +39,7 @@ COUNTERS = (
     "events_overflowed", "credit_waits", "credit_reports", "backpressure_waits", "backpressure_timeouts", "unknown_target_waits",
     "retransmits", "duplicates", "qos_expired", "store_errors",
     "cancels_received", "cancelled_running", "cancelled_waiting", "cancel_refused", "cancel_forgotten",
-    "chunks_sent", "chunks_received", "chunks_dropped",
+    "chunks_sent", "chunks_received", "chunks_dropped", "wills_published", "wills_failed",
 )
 
 #: The topic of the request a node answers with its ``stats()``.

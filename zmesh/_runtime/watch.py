@@ -33,6 +33,7 @@ class Watch:
         #: When (``time.monotonic()``) a peer last joined (or rejoined, restarted).
         self.last_joined = -math.inf
         self._departures: list[Callable[[str, str], None]] = []
+        self._listeners: list[Callable[[MeshEvent], None]] = []
 
     def events(self, maxsize: int) -> AsyncIterator[MeshEvent]:
         queue: asyncio.Queue[MeshEvent] = asyncio.Queue(maxsize)
@@ -55,8 +56,14 @@ class Watch:
         """Call ``callback(node_id, detail)`` when a peer leaves or restarts (``detail``: the event's)."""
         self._departures.append(callback)
 
+    def on_event(self, callback: Callable[[MeshEvent], None]) -> None:
+        """Call ``callback(event)`` for every event, before the ``events()`` iterators get it."""
+        self._listeners.append(callback)
+
     def emit(self, event: MeshEvent) -> None:
         log.debug("zmesh %s: %s", self._node_id, event)
+        for listener in self._listeners:
+            listener(event)
         if event.kind == "peer_joined" or event.kind == "peer_restarted":
             self.last_joined = time.monotonic()
         if (event.kind == "peer_left" or event.kind == "peer_restarted") and event.node_id != self._node_id:

@@ -1,0 +1,261 @@
+"""Last wills: ``node.agent(..., will=(topic, payload))`` is broadcast by one
+surviving node when the agent's node goes without a goodbye, and never
+after one (an agent or a node closed in good order)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from typing import Any, Callable, Iterator
+
+import pytest
+
+import zmesh
+from zmesh._runtime.wills import Wills
+from zmesh._wire.names import node_address
+from zmesh.errors import FrameError, InvalidMessage
+from zmesh.registry import MAX_WILL_BYTES, MeshEvent, NodeRecord, Registry, parse_record
+
+from .conformance_transports import transport  # noqa: F401 - the fixture
+from .helpers import BROKERS, Mesh, wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GONE = {"agent": "worker", "state": "gone"}
+
+
+def record(node: str, inc: str = "1", seq: int = 1, wills: dict[str, tuple[str, Any]] | None = None,
+           agents: tuple[str, ...] = ("worker",)) -> NodeRecord:
+    return NodeRecord(node, inc, "m", 1, "r", "p", seq, agents={a: () for a in agents}, wills=wills or {})
+
+
+# -- the registry: which departures make a will due ----------------------------------------
+
+
+def test_a_record_gone_without_a_goodbye_makes_its_wills_due_before_its_agents_leave() -> None:
+    registry = Registry("me")
+    registry.merge(record("n1", wills={"worker": ("status.worker", GONE)}, agents=("worker", "plain")))
+    events = registry.remove("n1", "lost its connection")
+    assert [(e.kind, e.agent_id) for e in events] == [
+        ("will", "worker"), ("agent_left", "worker"), ("agent_left", "plain"), ("peer_left", "")]
+    assert (events[0].node_id, events[0].detail, events[0].payload) == ("n1", "status.worker", GONE)
+
+
+def test_a_goodbye_a_closed_agent_or_a_cleared_will_makes_none_due() -> None:
+    registry = Registry("me")
+    registry.merge(record("n1", wills={"worker": ("status.worker", GONE)}))
+    assert [e.kind for e in registry.remove("n1", "left", goodbye=True)] == ["agent_left", "peer_left"]
+    registry.merge(record("n2", wills={"worker": ("status.worker", GONE)}))
+    assert "will" not in [e.kind for e in registry.merge(record("n2", seq=2, agents=()))]  # the agent closed
+    registry.merge(record("n3", wills={"worker": ("status.worker", GONE)}))
+    registry.merge(record("n3", seq=2))  # the will cleared (how a node closing over a broker says goodbye)
+    assert "will" not in [e.kind for e in registry.remove("n3", "left")]
+
+
+def test_a_restart_makes_the_old_incarnations_wills_due() -> None:
+    registry = Registry("me")
+    registry.merge(record("n1", inc="1", wills={"worker": ("status.worker", GONE)}))
+    events = registry.merge(record("n1", inc="2", wills={"worker": ("status.worker", {"new": True})}))
+    assert [(e.kind, e.payload) for e in events][:2] == [("will", GONE), ("peer_restarted", None)]
+
+
+def test_wills_travel_in_the_record_and_a_bad_one_is_malformed() -> None:
+    rec = record("n1", wills={"worker": ("status.worker", GONE)})
+    assert parse_record(rec.to_wire()).wills == {"worker": ("status.worker", GONE)}
+    assert "wills" not in record("n2").to_wire()
+    for bad in ({"ghost": ["t", 1]}, {"worker": ["t"]}, {"worker": ["a.*", 1]}, {"worker": [5, 1]}, ["worker"]):
+        with pytest.raises(FrameError, match="will"):
+            parse_record({**record("n1").to_wire(), "wills": bad})
+
+
+def test_a_bad_will_is_refused_where_the_agent_is_made() -> None:
+    node = zmesh.Node("will-rules", transport="inproc")
+    for bad in ("status", ("status",), ("a.*", 1), ("zmesh.stats", 1), ("ok", object()),
+                ("ok", b"x" * (MAX_WILL_BYTES + 1))):
+        with pytest.raises(InvalidMessage):
+            node.agent("a", will=bad)  # type: ignore[arg-type]
+    agent = node.agent("a", will=["status.a", [1, 2]])  # type: ignore[arg-type]
+    assert agent.will == ("status.a", [1, 2])
+    with pytest.raises(InvalidMessage):
+        agent.will = ("bad topic", 1)
+    assert agent.will == ("status.a", [1, 2])
+
+
+# -- who publishes ---------------------------------------------------------------------------
+
+
+def recorder(published: list[zmesh.Message]) -> Callable[[zmesh.Message], int]:
+    def publish(msg: zmesh.Message) -> int:
+        published.append(msg)
+        return 1
+
+    return publish
+
+
+def test_the_smallest_survivor_publishes_and_the_next_takes_it_up_if_that_one_goes_too() -> None:
+    registry = Registry("c")
+    for node in ("a", "b", "c"):
+        registry.merge(record(node, agents=(f"agent-{node}",)))
+    published: list[zmesh.Message] = []
+    stats: Counter[str] = Counter()
+    clock = zmesh.FakeClock()
+    wills = Wills("c", registry, recorder(published), clock, stats)
+    wills.on_event(MeshEvent("will", "x", "worker", "status.worker", GONE))
+    assert published == []  # "a" publishes it
+    registry.remove("a", "lost its connection")
+    wills.on_event(MeshEvent("peer_left", "a"))
+    assert published == []  # then "b"
+    registry.remove("b", "lost its connection")
+    wills.on_event(MeshEvent("peer_left", "b"))
+    assert [(m.sender, m.topic, m.payload) for m in published] == [(node_address("c"), "status.worker", GONE)]
+    assert stats["wills_published"] == 1
+    wills.on_event(MeshEvent("peer_left", "b"))
+    assert len(published) == 1  # once
+
+
+def test_a_will_is_not_taken_up_after_its_window() -> None:
+    registry = Registry("b")
+    for node in ("a", "b"):
+        registry.merge(record(node, agents=(f"agent-{node}",)))
+    published: list[zmesh.Message] = []
+    clock = zmesh.FakeClock()
+    wills = Wills("b", registry, recorder(published), clock, Counter())
+    wills.on_event(MeshEvent("will", "x", "worker", "status.worker", GONE))
+    clock.advance(61)
+    registry.remove("a", "lost its connection")
+    wills.on_event(MeshEvent("peer_left", "a"))
+    assert published == []
+
+
+# -- every transport: a will goes with the record, a goodbye publishes none -------------------
+
+
+async def watcher(node: zmesh.Node, name: str) -> list[zmesh.Message]:
+    got: list[zmesh.Message] = []
+    agent = node.agent(name)
+
+    @agent.on("status.>", inline=True)
+    def seen(msg: zmesh.Message) -> None:
+        got.append(msg)
+
+    await agent.subscribe("status.>")
+    return got
+
+
+async def no_will_before_a_marker(nodes: list[zmesh.Node], seen: list[list[zmesh.Message]]) -> None:
+    """Every node broadcasts a marker; each watcher gets them all, and got no will before."""
+    for node in nodes:
+        await node.agents[f"watch-{node.id}"].broadcast("status.marker", node.id)
+    await wait_for(lambda: all(sum(m.topic == "status.marker" for m in got) == len(nodes) - 1 for got in seen),
+                   10, "every marker")
+    assert [[m.topic for m in got if m.topic != "status.marker"] for got in seen] == [[] for _ in seen]
+
+
+async def test_a_will_is_in_every_record_and_a_goodbye_publishes_none(transport: str) -> None:
+    async with Mesh(transport) as m:
+        n1, n2, n3 = await m.node(), await m.node(), await m.node()
+        seen = [await watcher(n, f"watch-{n.id}") for n in (n1, n2)]
+        worker = n3.agent("worker", will=("status.worker", GONE))
+        closer = n3.agent("closer", will=("status.closer", "gone"))
+        await m.converged()
+        seen_by_n1, seen_by_n2 = n1.registry.record(n3.id), n2.registry.record(n3.id)
+        assert seen_by_n1 is not None and seen_by_n2 is not None
+        assert seen_by_n1.wills == {"worker": ("status.worker", GONE), "closer": ("status.closer", "gone")}
+        worker.will = ("status.worker", "changed")
+        await n3.settled(10)
+        changed = ("status.worker", "changed")
+        await wait_for(lambda: getattr(n2.registry.record(n3.id), "wills", {})["worker"] == changed, 10,
+                       "the changed will")
+        await closer.close()
+        await wait_for(lambda: "closer" not in n1.registry.agents() and "closer" not in n2.registry.agents(), 10,
+                       "the closed agent to leave")
+        await n3.close()
+        await wait_for(lambda: n3.id not in n1.registry and n3.id not in n2.registry, 10, "the closed node to leave")
+        await no_will_before_a_marker([n1, n2], seen)
+        assert n1.stats()["wills_published"] == 0
+
+
+# -- processes killed: the will is published once, by the smallest survivor ------------------
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for child in started:
+        if child.poll() is None:
+            child.kill()
+        child.wait(10)
+        for stream in (child.stdin, child.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def start_child(children: list[subprocess.Popen[str]], mesh: str, where: str) -> subprocess.Popen[str]:
+    child = subprocess.Popen([sys.executable, "-m", "tests._will_child", mesh, where, "worker", "status.worker"],
+                             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "ZMESH_INTERFACES": "127.0.0.1"})
+    children.append(child)
+    return child
+
+
+async def read_line(child: subprocess.Popen[str]) -> str:
+    assert child.stdout is not None
+    return (await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 20)).strip()
+
+
+KINDS = ["zmq", "nats", "mqtt", "redis", "file"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("ending", ["sigkill", "goodbye"])
+async def test_a_killed_nodes_will_is_published_once_and_a_closed_ones_never(
+    kind: str, ending: str, children: list[subprocess.Popen[str]], request: pytest.FixtureRequest
+) -> None:
+    if kind != "zmq":
+        request.getfixturevalue(f"{kind}_url")
+    async with Mesh(kind) as m:
+        n1, n2 = await m.node(), await m.node()
+        seen = [await watcher(n, f"watch-{n.id}") for n in (n1, n2)]
+        await m.converged()
+        where = n1.endpoint if kind == "zmq" else (f"{BROKERS['file']}/{m.name}" if kind == "file" else BROKERS[kind])
+        child = start_child(children, m.name, where)
+        assert await read_line(child) == "ready"
+        await n1.wait_for_agents("worker", timeout=10)
+        await n2.wait_for_agents("worker", timeout=10)
+        assert child.stdin is not None
+        if ending == "goodbye":
+            child.stdin.write("close\n")
+            child.stdin.flush()
+            assert await read_line(child) == "closed"
+        else:
+            child.send_signal(signal.SIGKILL)
+        await wait_for(lambda: "worker" not in n1.registry.agents() and "worker" not in n2.registry.agents(), 30,
+                       "the child's agent to leave")
+        if ending == "goodbye":
+            await no_will_before_a_marker([n1, n2], seen)
+            return
+        await wait_for(lambda: all(any(msg.topic == "status.worker" for msg in got) for got in seen), 10,
+                       "the will at every watcher")
+        publisher = min(n1.id, n2.id)
+        for got in seen:
+            wills = [msg for msg in got if msg.topic == "status.worker"]
+            assert [(msg.sender, msg.payload) for msg in wills] == [(node_address(publisher), GONE)]
+        await no_will_before_a_marker_again([n1, n2], seen)
+        published = {n.id: n.stats()["wills_published"] for n in (n1, n2)}
+        assert published == {n1.id: int(n1.id == publisher), n2.id: int(n2.id == publisher)}
+
+
+async def no_will_before_a_marker_again(nodes: list[zmesh.Node], seen: list[list[zmesh.Message]]) -> None:
+    """After markers from every node, each watcher still holds exactly one will."""
+    for node in nodes:
+        await node.agents[f"watch-{node.id}"].broadcast("status.marker", node.id)
+    await wait_for(lambda: all(sum(m.topic == "status.marker" for m in got) == len(nodes) - 1 for got in seen),
+                   10, "every marker")
+    assert [sum(m.topic == "status.worker" for m in got) for got in seen] == [1] * len(seen)
