@@ -161,7 +161,13 @@ async def test_the_view_shows_nodes_agents_rates_inboxes_and_events() -> None:
     for node_id in NODES:
         assert any(line.split()[:1] == [node_id] and " ok" in line for line in lines), text
     slow_line = next(line for line in lines if line.split()[:2] == ["slow", "hub"])
-    assert slow_line.split()[2:] == ["slowness", "ev.*", "0.0/s", "2", "1/1", "2/4", "7", "1"], slow_line
+    assert slow_line.split()[2:10] == ["slowness", "ev.*", "0.0/s", "2", "1/1", "2/4", "7", "1"], slow_line
+    # Its services figures, as `zmesh services` has them: one request, which failed, and its average time.
+    assert (slow["requests"], slow["errors"]) == (1, 1) and slow["average_ms"] >= 0, slow
+    assert slow_line.split()[10:13] == ["1", "1", f"{slow['average_ms']:.1f}"] and slow_line.rstrip().endswith(" ms"), slow_line
+    worker = rows["worker-1"]
+    assert worker["requests"] >= 20 and worker["errors"] == 0 and worker["average_ms"] > 0, worker
+    assert rows["driver"]["requests"] == 0 and rows["driver"]["average_ms"] is None
     worker_line = next(line for line in lines if line.split()[:1] == ["worker-1"])
     assert re.search(r" (\d+\.\d)/s ", worker_line) and " 0.0/s " not in worker_line, worker_line
     assert "ms" in text and "Events since top joined" in text
@@ -406,7 +412,8 @@ def test_a_narrow_terminal_keeps_the_numbers_and_drops_long_identifiers() -> Non
             "pending_requests": 0, "dropped_total": 0, "dead_letters": 1, "answered": True, "error": None}
     agent = {"agent_id": "researcher", "node_id": "worker-node-1", "capabilities": ["search", "summarise"],
              "subscriptions": ["news.>"], "handled_per_s": 2.5, "handled": 40, "running": 1, "concurrency": 16,
-             "inbox": 3, "inbox_size": 16384, "dropped": 0, "dead_letters": 0}
+             "inbox": 3, "inbox_size": 16384, "dropped": 0, "dead_letters": 0, "requests": 40, "errors": 2,
+             "average_ms": 812.25}
     view = {"mesh": "lab", "observer": "top-1", "time": 0.0, "nodes": [node], "agents": [agent], "events": []}
 
     def text(width: int) -> str:
@@ -417,6 +424,8 @@ def test_a_narrow_terminal_keeps_the_numbers_and_drops_long_identifiers() -> Non
     wide, narrow = text(220), text(80)
     assert "INCARNATION" in wide and "18ed08e57e9a8528c41eb0" in wide
     assert "INCARNATION" not in narrow
+    assert "REQUESTS" in wide and "812.2 ms" in wide
+    assert "812.2 ms" in text(100) and "REQUESTS" not in text(100)  # the average outlasts the counts
     for column in ("UP", "RTT", "HANDLED", "PENDING", "DROPPED", "DEAD", "RATE", "RUNNING", "INBOX", "STATUS"):
         assert column in narrow, (column, narrow)
     assert "3/16384" in narrow and "10.0/s" in narrow and "…" not in narrow, narrow  # whole values, not cut off

@@ -170,8 +170,13 @@ class TopCollector:
             "capabilities": list(record.agents[agent_id]),
             "subscriptions": sorted(record.subs.get(agent_id, ())),
         }
-        for key in ("handled", "running", "concurrency", "inbox", "inbox_size", "dropped", "dead_letters"):
+        for key in ("handled", "running", "concurrency", "inbox", "inbox_size", "dropped", "dead_letters",
+                    "requests", "errors"):
             row[key] = None if figures is None else figures.get(key)
+        # As `zmesh services` shows it: the average time its handlers took per request answered.
+        requests, spent = row["requests"], None if figures is None else figures.get("request_ms")
+        row["average_ms"] = (round(spent / requests, 3) if isinstance(spent, (int, float)) and isinstance(
+            requests, int) and requests > 0 else None)
         row["handled_per_s"] = _rate(stats, before, _agent_count(agent_id, "handled"))
         return row
 

@@ -109,15 +109,20 @@ def _nodes(view: dict[str, Any], width: int | None = None) -> Table:
 
 def _agents(view: dict[str, Any], width: int | None = None) -> Table:
     columns = ["AGENT", "NODE", "CAPABILITIES", "SUBSCRIPTIONS", "RATE", "HANDLED", "RUNNING", "INBOX", "DROPPED",
-               "DEAD"]
+               "DEAD", "REQUESTS", "ERRORS", "AVG"]
     rows: list[list[Any]] = []
     for a in view["agents"]:
         dropped = _count(a["dropped"])
         rows.append([a["agent_id"], a["node_id"], ",".join(a["capabilities"]) or "-",
                      ",".join(a["subscriptions"]) or "-", _per_second(a["handled_per_s"]), _count(a["handled"]),
                      _of(a["running"], a["concurrency"]), _of(a["inbox"], a["inbox_size"]),
-                     Text(dropped, style="red") if a["dropped"] else dropped, _count(a["dead_letters"])])
-    return _fit("Agents", columns, rows, width, ["SUBSCRIPTIONS", "CAPABILITIES", "HANDLED"])
+                     Text(dropped, style="red") if a["dropped"] else dropped, _count(a["dead_letters"]),
+                     _count(a.get("requests")), _count(a.get("errors")), _ms(a.get("average_ms"))])
+    return _fit("Agents", columns, rows, width, ["SUBSCRIPTIONS", "CAPABILITIES", "HANDLED", "REQUESTS", "ERRORS", "AVG"])
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
 
 
 def _clock(when: float) -> str:
