@@ -97,21 +97,32 @@ class LoopThread:
         )
 
     def wait_for(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and block this thread until it is done."""
+        """Run ``coro`` on the loop and block this thread until it is done.
+
+        The future this thread waits on exists before the loop may start
+        ``coro`` (unlike ``asyncio.run_coroutine_threadsafe``'s): a Ctrl-C that
+        lands at any point after that cancels the call on the loop too."""
         try:
             api: str = getattr(coro, "__qualname__", "call")  # the async method's: the sync one has its name
             self.refuse_on_loop_thread(api)
             self.warn_if_in_other_loop(api)
-            future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        except RuntimeError as exc:
-            coro.close()
-            if self.loop.is_closed():  # run_coroutine_threadsafe found it closed
-                raise NodeClosed("the node is closed") from None
-            raise exc from None
         except BaseException:
             coro.close()
             raise
-        return self._wait(future)
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        scheduled = False
+        try:
+            self.loop.call_soon_threadsafe(_start, self.loop, coro, future)
+            scheduled = True
+            return self._wait(future)
+        except RuntimeError:
+            if scheduled:
+                raise  # the call's own error
+            coro.close()  # the loop is closed: nothing runs on it any more
+            raise NodeClosed("the node is closed") from None
+        except BaseException:
+            future.cancel()  # Ctrl-C: _start closes coro if it has not begun, else cancels its task
+            raise
 
     def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(*args, **kwargs)`` on the loop: called directly when this is the
@@ -134,10 +145,10 @@ class LoopThread:
         return self._wait(future)
 
     def _wait(self, future: concurrent.futures.Future[T]) -> T:
-        self._waiting.add(future)
-        if self._stopped:  # stop() may have looked at _waiting before this future was in it
-            _fail(future)
         try:
+            self._waiting.add(future)
+            if self._stopped:  # stop() may have looked at _waiting before this future was in it
+                _fail(future)
             return future.result()
         except concurrent.futures.CancelledError:
             raise NodeClosed("the node was closed while this call waited") from None
@@ -162,6 +173,33 @@ class LoopThread:
         self._stopped = True
         for future in list(self._waiting):
             _fail(future)
+
+
+def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], future: concurrent.futures.Future[T]) -> None:
+    """On the loop: run ``coro`` as a task whose outcome is ``future``'s, and
+    which ``future``'s cancellation cancels (``run_coroutine_threadsafe``'s
+    chaining, with the future made by the waiting thread)."""
+    if future.cancelled():
+        coro.close()
+        return
+    task = loop.create_task(coro)
+
+    def settle(done: asyncio.Task[T]) -> None:
+        with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled by the waiter meanwhile
+            if done.cancelled():
+                future.cancel()
+            elif done.exception() is not None:
+                future.set_exception(done.exception())
+            else:
+                future.set_result(done.result())
+
+    def cancel_task(waited: concurrent.futures.Future[T]) -> None:
+        if waited.cancelled() and not task.done():
+            with contextlib.suppress(RuntimeError):  # the loop closed: its tasks were cancelled with it
+                loop.call_soon_threadsafe(task.cancel)
+
+    task.add_done_callback(settle)
+    future.add_done_callback(cancel_task)
 
 
 def _fail(future: concurrent.futures.Future[Any]) -> None:
