@@ -20,6 +20,7 @@ from zmesh._engine import effects as fx
 from zmesh._engine.identity import MAX_BOUND_NAMES, parse_policy
 from zmesh.message import Message
 from zmesh._wire import codec
+from zmesh._wire.names import node_address
 from zmesh.security import keygen, load_key
 from zmesh.transport.base import endpoint_address
 
@@ -255,6 +256,50 @@ def test_the_policy_limits_the_topics_a_key_may_send_on() -> None:
     net.deliver_all()
     assert [s.effect[2].topic for s in net.effects("a", fx.DELIVER) if s.effect[3]] == ["jobs.done"]
     assert a.dropped["policy"] == 2
+
+
+def test_the_mesh_own_topics_pass_a_topic_policy_and_stats_does_not() -> None:
+    """A key limited to jobs.> may still stream its replies' chunks, move a
+    stream's window and cancel what it asked: parts of the primitives it may
+    use, each checked where it is taken. zmesh.stats stays the policy's."""
+    net = joined_pair(policy={KEY["b"]: {"topics": ["jobs.>"]}})
+    a, b = net.engines["a"], net.engines["b"]
+    chunk = Message(type="notify", sender="b1", target="a1", topic="zmesh.chunk", payload=[0, "tok"],
+                    correlation_id="", reply_to="")
+    assert b.send(chunk, now=net.now)
+    for topic in ("zmesh.cancel", "zmesh.more", "zmesh.will_done"):
+        assert b.send(Message(type="notify", sender=node_address("b"), target=node_address("a"), topic=topic,
+                              payload=[["a1", "c1"]]), now=net.now)
+    net.pump("b")
+    net.request("b", Message(type="task", sender=node_address("b"), target=node_address("a"), topic="zmesh.stats",
+                             correlation_id="s1", reply_to=node_address("b")), deadline=10.0)
+    net.deliver_all()
+    assert [s.effect[2].topic for s in net.effects("a", fx.DELIVER)] == ["zmesh.chunk"]
+    assert [s.effect[1].topic for s in net.effects("a", fx.NODE_MSG)] == ["zmesh.cancel", "zmesh.more",
+                                                                          "zmesh.will_done"]
+    assert a.dropped["policy"] == 1  # the stats request
+    [reply] = [s.effect[2] for s in net.effects("b", fx.REPLIED)]
+    assert reply.status == "error" and reply.payload["type"] == "PolicyError"
+
+
+def test_a_will_on_a_topic_the_key_may_not_use_is_refused_with_its_record() -> None:
+    """Another node publishes a will in its own name: a key may not leave one
+    on a topic its policy keeps from it."""
+    policy = {KEY["b"]: {"topics": ["status.>"]}}
+    net = KeyedNet(keyed("a", "a1", policy=policy), keyed("b"))
+    b = net.engines["b"]
+    b.set_agent("b1", (), frozenset(), will=("orders.cancel_all", 1))
+    net.connect("b", "a")
+    net.deliver_all()
+    a = net.engines["a"]
+    assert a.dropped["policy"] >= 1 and "b" not in a.members.peers
+    net2 = KeyedNet(keyed("a", "a1", policy=policy), keyed("b"))
+    net2.engines["b"].set_agent("b1", (), frozenset(), will=("status.b1", "gone"))
+    net2.connect("b", "a")
+    net2.deliver_all()
+    assert net2.joined("a", "b")
+    record = net2.engines["a"].registry.record("b")
+    assert record is not None and record.wills == {"b1": ("status.b1", "gone")}
 
 
 def test_a_bad_policy_is_refused_up_front() -> None:

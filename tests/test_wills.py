@@ -15,9 +15,10 @@ from typing import Any, Callable, Iterator
 import pytest
 
 import zmesh
-from zmesh._runtime.wills import Wills
+from zmesh._runtime.wills import TAKE_UP_AFTER, WILL_DONE_TOPIC, Wills
 from zmesh._wire.names import node_address
 from zmesh.errors import FrameError, InvalidMessage
+from zmesh._agent_profile import MAX_WILLS
 from zmesh.registry import MAX_WILL_BYTES, MeshEvent, NodeRecord, Registry, parse_record
 
 from .conformance_transports import transport  # noqa: F401 - the fixture
@@ -68,9 +69,14 @@ def test_wills_travel_in_the_record_and_a_bad_one_is_malformed() -> None:
     rec = record("n1", wills={"worker": ("status.worker", GONE)})
     assert parse_record(rec.to_wire()).wills == {"worker": ("status.worker", GONE)}
     assert "wills" not in record("n2").to_wire()
-    for bad in ({"ghost": ["t", 1]}, {"worker": ["t"]}, {"worker": ["a.*", 1]}, {"worker": [5, 1]}, ["worker"]):
+    for bad in ({"ghost": ["t", 1]}, {"worker": ["t"]}, {"worker": ["a.*", 1]}, {"worker": [5, 1]}, ["worker"],
+                {"worker": ["zmesh.stats", 1]}, {"worker": ["t", "x" * MAX_WILL_BYTES]}):
         with pytest.raises(FrameError, match="will"):
             parse_record({**record("n1").to_wire(), "wills": bad})
+    many = record("n1", agents=tuple(f"a{i}" for i in range(MAX_WILLS + 1)),
+                   wills={f"a{i}": ("t", i) for i in range(MAX_WILLS + 1)})
+    with pytest.raises(FrameError, match="will"):
+        parse_record(many.to_wire())
 
 
 def test_a_bad_will_is_refused_where_the_agent_is_made() -> None:
@@ -79,57 +85,101 @@ def test_a_bad_will_is_refused_where_the_agent_is_made() -> None:
                 ("ok", b"x" * (MAX_WILL_BYTES + 1))):
         with pytest.raises(InvalidMessage):
             node.agent("a", will=bad)  # type: ignore[arg-type]
-    agent = node.agent("a", will=["status.a", [1, 2]])  # type: ignore[arg-type]
-    assert agent.will == ("status.a", [1, 2])
+    payload = {"steps": [1, 2]}
+    agent = node.agent("a", will=["status.a", payload])  # type: ignore[arg-type]
+    assert agent.will == ("status.a", {"steps": [1, 2]})
+    payload["steps"].append(3)  # the caller's object, changed later: not the will
+    assert agent.will == ("status.a", {"steps": [1, 2]})
     with pytest.raises(InvalidMessage):
         agent.will = ("bad topic", 1)
-    assert agent.will == ("status.a", [1, 2])
+    assert agent.will == ("status.a", {"steps": [1, 2]})
 
 
 # -- who publishes ---------------------------------------------------------------------------
 
 
-def recorder(published: list[zmesh.Message]) -> Callable[[zmesh.Message], int]:
-    def publish(msg: zmesh.Message) -> int:
-        published.append(msg)
+class Cluster:
+    """One node's Wills over a registry of nodes ``names``, with what it publishes and tells."""
+
+    def __init__(self, me: str, *names: str) -> None:
+        self.registry = Registry(me)
+        for node in names:
+            self.registry.merge(record(node, agents=(f"agent-{node}",)))
+        self.published: list[zmesh.Message] = []
+        self.told: list[tuple[str, str, list[Any]]] = []
+        self.stats: Counter[str] = Counter()
+        self.clock = zmesh.FakeClock()
+        self.wills = Wills(me, self.registry, self.publish, lambda *told: self.told.append(told), self.clock,
+                           self.stats)
+
+    def publish(self, msg: zmesh.Message) -> int:
+        self.published.append(msg)
         return 1
 
-    return publish
+    def gone(self, node: str) -> None:
+        self.registry.remove(node, "lost its connection")
+        self.wills.on_event(MeshEvent("peer_left", node))
 
 
-def test_the_smallest_survivor_publishes_and_the_next_takes_it_up_if_that_one_goes_too() -> None:
-    registry = Registry("c")
-    for node in ("a", "b", "c"):
-        registry.merge(record(node, agents=(f"agent-{node}",)))
-    published: list[zmesh.Message] = []
-    stats: Counter[str] = Counter()
-    clock = zmesh.FakeClock()
-    wills = Wills("c", registry, recorder(published), clock, stats)
-    wills.on_event(MeshEvent("will", "x", "worker", "status.worker", GONE))
-    assert published == []  # "a" publishes it
-    registry.remove("a", "lost its connection")
-    wills.on_event(MeshEvent("peer_left", "a"))
-    assert published == []  # then "b"
-    registry.remove("b", "lost its connection")
-    wills.on_event(MeshEvent("peer_left", "b"))
-    assert [(m.sender, m.topic, m.payload) for m in published] == [(node_address("c"), "status.worker", GONE)]
-    assert stats["wills_published"] == 1
-    wills.on_event(MeshEvent("peer_left", "b"))
-    assert len(published) == 1  # once
+def due(cluster: Cluster) -> None:
+    cluster.wills.on_event(MeshEvent("will", "x", "worker", "status.worker", GONE))
 
 
-def test_a_will_is_not_taken_up_after_its_window() -> None:
-    registry = Registry("b")
-    for node in ("a", "b"):
-        registry.merge(record(node, agents=(f"agent-{node}",)))
-    published: list[zmesh.Message] = []
-    clock = zmesh.FakeClock()
-    wills = Wills("b", registry, recorder(published), clock, Counter())
-    wills.on_event(MeshEvent("will", "x", "worker", "status.worker", GONE))
-    clock.advance(61)
-    registry.remove("a", "lost its connection")
-    wills.on_event(MeshEvent("peer_left", "a"))
-    assert published == []
+def test_the_first_node_in_order_publishes_at_once_and_tells_the_others() -> None:
+    c = Cluster("a", "a", "b", "c")
+    due(c)
+    assert [(m.sender, m.topic, m.payload) for m in c.published] == [(node_address("a"), "status.worker", GONE)]
+    assert c.told == [("b", WILL_DONE_TOPIC, [["x", "worker"]]), ("c", WILL_DONE_TOPIC, [["x", "worker"]])]
+    assert c.stats["wills_published"] == 1
+
+
+def test_the_kth_node_publishes_after_k_turns_unless_told_it_was_done() -> None:
+    told, untold = Cluster("c", "a", "b", "c"), Cluster("c", "a", "b", "c")
+    for c in (told, untold):
+        due(c)
+        c.clock.advance(2 * TAKE_UP_AFTER - 0.1)
+    told.wills.done("a", [("x", "worker")])
+    for c in (told, untold):
+        c.clock.advance(0.2)
+    assert told.published == [] and told.stats["wills_published"] == 0
+    assert [m.payload for m in untold.published] == [GONE]  # "a" and "b" never published it: "c" did
+
+
+def test_a_node_before_this_one_that_goes_moves_its_turn_up_and_none_publishes_twice() -> None:
+    c = Cluster("c", "a", "b", "c")
+    due(c)
+    c.gone("a")
+    assert c.published == []  # "b" is first now
+    c.gone("b")
+    assert [m.payload for m in c.published] == [GONE]
+    c.gone("b")
+    c.clock.advance(10 * TAKE_UP_AFTER)
+    assert len(c.published) == 1
+
+
+def test_a_publisher_that_said_it_was_done_and_then_leaves_is_not_followed_by_another() -> None:
+    c = Cluster("b", "a", "b", "c")
+    due(c)
+    c.wills.done("a", [("x", "worker")])
+    c.gone("a")  # a clean close 20 s later, say: the will was published already
+    c.clock.advance(10 * TAKE_UP_AFTER)
+    assert c.published == []
+
+
+def test_word_from_a_node_out_of_the_order_is_not_taken() -> None:
+    c = Cluster("b", "a", "b")
+    due(c)
+    c.wills.done("x", [("x", "worker")])  # the gone node itself
+    c.clock.advance(TAKE_UP_AFTER + 0.1)
+    assert [m.payload for m in c.published] == [GONE]
+
+
+def test_a_closed_node_publishes_nothing() -> None:
+    c = Cluster("b", "a", "b")
+    due(c)
+    c.wills.close()
+    c.clock.advance(10 * TAKE_UP_AFTER)
+    assert c.published == []
 
 
 # -- every transport: a will goes with the record, a goodbye publishes none -------------------
@@ -259,3 +309,35 @@ async def no_will_before_a_marker_again(nodes: list[zmesh.Node], seen: list[list
     await wait_for(lambda: all(sum(m.topic == "status.marker" for m in got) == len(nodes) - 1 for got in seen),
                    10, "every marker")
     assert [sum(m.topic == "status.worker" for m in got) for got in seen] == [1] * len(seen)
+
+
+def test_a_closing_node_over_a_broker_keeps_its_wills_withdrawn_whatever_its_agents_change() -> None:
+    """A handler still running while the node closes may change its agent
+    (meta, subscriptions): its will must not come back into the record."""
+    from zmesh._engine import EngineConfig
+    from zmesh._runtime.message_records import Records
+    from zmesh.transport.memory import MemoryBroker, MemoryTransport
+
+    records = Records(EngineConfig(mesh="m", node_id="n", incarnation="1"), MemoryTransport(MemoryBroker()),
+                      None, lambda *dropped: None)  # type: ignore[arg-type]
+    records.set_agent("w", (), frozenset(), None, ("status.w", 1))
+    assert records.record().wills == {"w": ("status.w", 1)}
+    assert records.drop_wills() and records.record().wills == {}
+    records.set_agent("w", (), frozenset({"jobs.>"}), {"model": "x"}, ("status.w", 1))
+    assert records.record().wills == {} and records.record().meta == {"w": {"model": "x"}}
+    assert not records.drop_wills()  # none left to withdraw
+
+
+def test_the_blocking_facade_takes_and_changes_a_will() -> None:
+    import zmesh.sync as zs
+
+    with zs.Node("sync-will", name="one", transport="inproc") as one, \
+            zs.Node("sync-will", name="two", transport="inproc") as two:
+        agent = one.agent("worker", will=("status.worker", GONE))
+        assert agent.will == ("status.worker", GONE)
+        agent.will = ("status.worker", "changed")
+        assert agent.will == ("status.worker", "changed")
+        two.wait_for_agents("worker", timeout=10)
+        one.settled(10)
+        seen = two.registry.record(one.id)
+        assert seen is not None and seen.wills == {"worker": ("status.worker", "changed")}

@@ -11,7 +11,7 @@ import msgpack
 from .errors import FrameError, InvalidMessage
 from .topics import check_topic
 
-__all__ = ["check_meta", "MAX_META_KEYS", "check_will", "MAX_WILL_BYTES", "Will", "parse_meta", "parse_wills"]
+__all__ = ["check_meta", "MAX_META_KEYS", "check_will", "MAX_WILL_BYTES", "MAX_WILLS", "Will", "parse_meta", "parse_wills"]
 
 #: An agent's last will: the (topic, payload) broadcast for it when its node goes without a goodbye.
 Will = tuple[str, Any]
@@ -54,36 +54,57 @@ MAX_WILL_BYTES = 4096
 
 
 def check_will(will: object) -> Will | None:
-    """An agent's last will as a ``(topic, payload)`` tuple (None: none);
-    InvalidMessage unless it is a concrete topic and a payload msgpack
-    encodes in at most :data:`MAX_WILL_BYTES` bytes."""
+    """An agent's last will as a ``(topic, payload)`` tuple (None: none), the
+    payload a copy as msgpack reads it back (a caller changing its own object
+    later changes nothing); InvalidMessage unless it is a concrete topic
+    outside ``zmesh.`` and a payload msgpack encodes in at most
+    :data:`MAX_WILL_BYTES` bytes."""
     if will is None:
         return None
     if not isinstance(will, (tuple, list)) or len(will) != 2:
         raise InvalidMessage(f"a will is a (topic, payload) pair, got {will!r}"[:300])
     topic, payload = will
-    check_topic(topic)
-    if topic.startswith("zmesh."):
-        raise InvalidMessage(f"a will's topic may not start with 'zmesh.' (zmesh's own), got {topic!r}")
+    why = _will_topic_error(topic)
+    if why:
+        raise InvalidMessage(why)
     try:
-        size = len(msgpack.packb(payload))
-    except Exception as exc:  # msgpack raises several types for what it cannot encode
+        encoded = msgpack.packb(payload)
+    except Exception as exc:  # noqa: BLE001 - msgpack raises several types for what it cannot encode
         raise InvalidMessage(f"a will's payload must be plain data msgpack encodes: {exc}"[:300]) from None
-    if size > MAX_WILL_BYTES:
-        raise InvalidMessage(f"a will's payload is {size} bytes encoded, over the limit of {MAX_WILL_BYTES}")
-    return (topic, payload)
+    if len(encoded) > MAX_WILL_BYTES:
+        raise InvalidMessage(f"a will's payload is {len(encoded)} bytes encoded, over the limit of {MAX_WILL_BYTES}")
+    return (topic, msgpack.unpackb(encoded, raw=False, strict_map_key=False))
+
+
+def _will_topic_error(topic: object) -> str:
+    try:
+        check_topic(topic)  # type: ignore[arg-type]
+    except InvalidMessage as exc:
+        return f"a will's topic: {exc}"
+    assert isinstance(topic, str)
+    if topic.startswith("zmesh."):
+        return f"a will's topic may not start with 'zmesh.' (zmesh's own), got {topic!r}"
+    return ""
+
+
+#: Wills one node's record may hold at most.
+MAX_WILLS = 1000
 
 
 def parse_wills(wills_in: Any, agents: Mapping[str, Any]) -> dict[str, Will]:
-    if wills_in.__class__ is not dict or not all(a in agents for a in wills_in):
+    """A peer record's ``wills`` field; FrameError if it is malformed or breaks
+    a rule :func:`check_will` applies (a peer's will is published by others)."""
+    if wills_in.__class__ is not dict or len(wills_in) > MAX_WILLS or not all(a in agents for a in wills_in):
         raise FrameError("malformed", "record field wills")
     wills: dict[str, Will] = {}
     for agent_id, will in wills_in.items():
-        if will.__class__ is not list or len(will) != 2:
+        if will.__class__ is not list or len(will) != 2 or _will_topic_error(will[0]):
             raise FrameError("malformed", "record field wills")
         try:
-            topic = check_topic(will[0])
-        except InvalidMessage:
-            raise FrameError("malformed", "a will's topic") from None
-        wills[agent_id] = (topic, will[1])
+            size = len(msgpack.packb(will[1]))
+        except Exception:  # noqa: BLE001 - it came out of msgpack, but a hook may have made anything of it
+            size = MAX_WILL_BYTES + 1
+        if size > MAX_WILL_BYTES:
+            raise FrameError("malformed", "a will's payload over the limit")
+        wills[agent_id] = (will[0], will[1])
     return wills

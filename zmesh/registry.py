@@ -171,7 +171,7 @@ class MeshEvent:
     agent_id: str = ""
     detail: str = ""
     #: A ``will`` event's payload (``detail`` is its topic).
-    payload: Any = field(default=None, compare=False)
+    payload: Any = field(default=None, compare=False, repr=False)
 
 
 def _subscription_events(node_id: str, old: Mapping[str, frozenset[str]], new: Mapping[str, frozenset[str]],

@@ -143,6 +143,10 @@ class Identities:
                 raise FrameError("agent_taken", f"agent id {agent_id!r} belongs to another key")
             if rule is not None and not rule.agent_ok(agent_id):
                 raise FrameError("policy", f"key may not host agent id {agent_id!r}")
+        if rule is not None:
+            for agent_id, (topic, _) in record.wills.items():  # another node publishes it, in its own name
+                if not rule.topic_ok(topic):
+                    raise FrameError("policy", f"key may not leave a will on topic {topic!r} (agent {agent_id!r})")
 
     def bind(self, public_key: str, record: NodeRecord, held: Callable[[str], bool],
              peer_names: Mapping[str, object]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._wire import codec
-from .._wire.names import MAX_AGENT_ID, node_address
+from .._wire.names import MAX_AGENT_ID, PROTOCOL_TOPICS, node_address
 from ..errors import FrameError, ZmeshError
 from ..message import Message
 from ..topics import matches
@@ -182,7 +182,8 @@ def _undecodable(
 def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None:
     if peer is not None and msg.sender not in peer.record.agents and msg.sender != node_address(peer.node_id):
         raise FrameError("spoofed_sender", msg.sender)
-    if peer is not None and peer.rule is not None and msg.type != "result" and not peer.rule.topic_ok(msg.topic):
+    if (peer is not None and peer.rule is not None and msg.type != "result" and not peer.rule.topic_ok(msg.topic)
+            and msg.topic not in PROTOCOL_TOPICS):
         _not_allowed(engine, msg, peer)
         return
     engine.messages_received += 1

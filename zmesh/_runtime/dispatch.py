@@ -83,7 +83,7 @@ class Dispatch(NodeMessages):
         #: The last value of each topic this node's agents broadcast with retain=True.
         self.retained = RetainedStore()
         #: The last wills this node publishes for nodes gone without a goodbye.
-        self.wills = Wills(config.node_id, mesh.registry, self._publish_will, self._clock, self.stats)
+        self.wills = Wills(config.node_id, mesh.registry, self._publish_will, self.tell, self._clock, self.stats)
         watch.on_event(self.wills.on_event)
         #: The streams this node's agents read and its handlers write.
         self.streams = Streams(mesh.registry.node_of, mesh.taken, mesh.drop,
@@ -98,7 +98,7 @@ class Dispatch(NodeMessages):
     def close(self) -> None:
         """The node is closing: sends and requests raise NodeClosed from now on."""
         self.closed = True
-        self.wills.closed = True
+        self.wills.close()
         self.delivery.cancels.close()
         self.streams.close()
 
@@ -376,7 +376,7 @@ class Dispatch(NodeMessages):
         self._mesh.handled(origin, msg)
 
     def _publish_will(self, msg: Message) -> int:
-        self.stamp(msg, None)
+        self.stamp(msg, new_trace_id())  # its own trace: not that of whatever ran when the node went
         return self.broadcast(msg)
 
     def broadcast(self, msg: Message) -> int:

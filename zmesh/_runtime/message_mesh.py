@@ -133,7 +133,10 @@ class MessageMesh(Generic[S]):
         if self.running and self.records.drop_wills():
             # A peer must see our record without wills before it sees it gone,
             # or it takes the going for a death and publishes them.
-            await self.watch.settled(lambda: not self.running or self.records.is_settled(), WILLS_DROPPED_WAIT)
+            if not await self.watch.settled(lambda: not self.running or self.records.is_settled(), WILLS_DROPPED_WAIT):
+                log.warning("zmesh %s: closing, not every peer said it had our record without wills within %s s; "
+                            "those that had not may take the close for a death and publish them", self.node_id,
+                            WILLS_DROPPED_WAIT)
         was_running = self.running
         self.running = False
         self.records.live = False

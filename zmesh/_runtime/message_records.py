@@ -44,6 +44,8 @@ class Records:
         self.agent_wills: dict[str, Will] = {}  # the agents that have one
         #: Whether the transport is started (addresses, patterns and records reach it).
         self.live = False
+        #: The node is closing in good order: its record carries no wills any more.
+        self.closing = False
         #: Every record there was at start has been read.
         self.loaded = False
         self._patterns: Counter[str] = Counter()  # pattern -> how many local agents subscribe to it
@@ -78,7 +80,7 @@ class Records:
             self.agent_meta[agent_id] = meta
         else:
             self.agent_meta.pop(agent_id, None)
-        if will is not None:
+        if will is not None and not self.closing:  # a closing node has withdrawn its wills
             self.agent_wills[agent_id] = will
         else:
             self.agent_wills.pop(agent_id, None)
@@ -125,6 +127,7 @@ class Records:
     def drop_wills(self) -> bool:
         """The node is closing in good order: put our record without wills,
         so a peer that sees it go next publishes none. False if it had none."""
+        self.closing = True
         if not self.agent_wills:
             return False
         self.agent_wills.clear()

@@ -4,7 +4,8 @@ node address and sends them. A ``zmesh.stats`` request is answered with
 the node's ``stats()``; a ``zmesh.retained`` request with its retained
 values; ``zmesh.cancel``, ``zmesh.watch`` and ``zmesh.started`` carry
 what a requester's node and a handler's node tell each other about a
-request (see :mod:`.cancel`)."""
+request (see :mod:`.cancel`); ``zmesh.will_done`` that a will was
+published (see :mod:`.wills`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from .cancel import CANCEL_TOPIC, STARTED_TOPIC, WATCH_TOPIC, RequestId, node_me
 from .retained import RETAINED_HEADROOM, RETAINED_TOPIC, retained_answer
 from .stats import answer
 from .streams import MORE_TOPIC, more_items
+from .wills import WILL_DONE_TOPIC
 
 if TYPE_CHECKING:
     from .config import RuntimeConfig
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from .retained import RetainedStore
     from .routing import Providers
     from .streams import Streams
+    from .wills import Wills
 
 __all__ = ["NodeMessages"]
 
@@ -42,6 +45,7 @@ class NodeMessages:
     providers: Providers
     retained: RetainedStore
     streams: Streams
+    wills: Wills
     _node_stats: Callable[[], dict[str, Any]]
 
     if TYPE_CHECKING:
@@ -51,7 +55,7 @@ class NodeMessages:
         """A message for the node itself: a ``zmesh.stats`` request is answered;
         a cancel, a watch or a started notice about requests carried out."""
         topic = msg.topic
-        if topic == CANCEL_TOPIC or topic == WATCH_TOPIC or topic == STARTED_TOPIC:
+        if topic == CANCEL_TOPIC or topic == WATCH_TOPIC or topic == STARTED_TOPIC or topic == WILL_DONE_TOPIC:
             self._mesh.taken(origin, msg.target)
             ids = request_ids(msg)
             if ids is None or not msg.sender.startswith(NODE_ADDRESS_PREFIX):
@@ -96,6 +100,8 @@ class NodeMessages:
             self.delivery.cancels.cancel(node, ids)
         elif topic == WATCH_TOPIC:
             self.delivery.cancels.watch(node, ids)
+        elif topic == WILL_DONE_TOPIC:
+            self.wills.done(node, ids)
         else:
             self.providers.started_notice(ids)
 

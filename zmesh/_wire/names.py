@@ -14,7 +14,7 @@ from typing import Iterable
 from ..errors import InvalidMessage
 
 __all__ = ["check_name", "check_agent_id", "check_capabilities", "printable", "node_address", "MAX_AGENT_ID",
-           "MAX_NAME", "NODE_ADDRESS_PREFIX"]
+           "MAX_NAME", "NODE_ADDRESS_PREFIX", "PROTOCOL_TOPICS"]
 
 MAX_NAME = 64  # mesh and node names (characters)
 MAX_AGENT_ID = 256  # characters
@@ -22,6 +22,14 @@ _AGENT_ID_RESERVED = frozenset(".*>")
 #: A message to ``NODE_ADDRESS_PREFIX + node_id`` is for that node itself, not
 #: one of its agents (no agent id has a ``.``): e.g. ``Node.peer_stats``.
 NODE_ADDRESS_PREFIX = "zmesh.node."
+#: The topics of what nodes' runtimes tell each other as parts of a primitive
+#: (a stream's chunks and window, a request's cancel and start, retained
+#: values, a published will): a key's topic policy does not apply to them, as
+#: it does not to a reply; each is checked where it is taken (a chunk only
+#: from its stream's producer, a cancel only from the requester's node, ...).
+#: ``zmesh.stats`` is not one of them: a policy decides who may ask for it.
+PROTOCOL_TOPICS = frozenset({"zmesh.chunk", "zmesh.more", "zmesh.cancel", "zmesh.watch", "zmesh.started",
+                             "zmesh.retained", "zmesh.will_done"})
 
 
 def _plain(text: str) -> bool:

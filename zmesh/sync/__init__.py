@@ -346,6 +346,7 @@ class Node:
         inbox_size: int = DEFAULT_INBOX,
         inbox_bytes: int = DEFAULT_INBOX_BYTES,
         meta: Mapping[str, Any] | None = None,
+        will: tuple[str, Any] | None = None,
     ) -> Agent:
         """Register an agent on this node (see :meth:`zmesh.Node.agent`)."""
 
@@ -353,7 +354,7 @@ class Node:
             self._concurrency[agent_id] = concurrency  # (checked by the async node)
             return self._twin(self._node.agent(
                 agent_id, capabilities=capabilities, concurrency=concurrency, inbox_size=inbox_size,
-                inbox_bytes=inbox_bytes, meta=meta,
+                inbox_bytes=inbox_bytes, meta=meta, will=will,
             ))
 
         return self._loop.run(register)

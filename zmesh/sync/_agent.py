@@ -109,6 +109,14 @@ class Agent:
     def meta(self, meta: Mapping[str, Any] | None) -> None:
         self._loop.run(setattr, self._agent, "meta", meta)
 
+    @property
+    def will(self) -> tuple[str, Any] | None:
+        return self._agent.will
+
+    @will.setter
+    def will(self, will: tuple[str, Any] | None) -> None:
+        self._loop.run(setattr, self._agent, "will", will)
+
     # -- handlers --------------------------------------------------------
 
     def on(self, topic: str, *, inline: bool = False) -> Callable[[H], H]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import time
 from collections import deque
 from typing import Any, AsyncIterator, Callable
@@ -175,8 +176,8 @@ class TopCollector:
             row[key] = None if figures is None else figures.get(key)
         # As `zmesh services` shows it: the average time its handlers took per request answered.
         requests, spent = row["requests"], None if figures is None else figures.get("request_ms")
-        row["average_ms"] = (round(spent / requests, 3) if isinstance(spent, (int, float)) and isinstance(
-            requests, int) and requests > 0 else None)
+        row["average_ms"] = (round(spent / requests, 3) if isinstance(spent, (int, float)) and math.isfinite(spent)
+                             and requests.__class__ is int and requests > 0 else None)
         row["handled_per_s"] = _rate(stats, before, _agent_count(agent_id, "handled"))
         return row
 
