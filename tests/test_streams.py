@@ -14,6 +14,7 @@ import pytest
 
 import zmesh
 from zmesh import Message
+from zmesh._runtime import stream_writer
 from zmesh._runtime.streams import CHUNK_TOPIC, MORE_TOPIC, WINDOW
 
 from .conformance_transports import transport  # noqa: F401 - the fixture
@@ -182,6 +183,38 @@ async def test_a_stopped_plain_generator_sees_msg_cancelled_then_is_closed() -> 
             await asyncio.get_running_loop().run_in_executor(None, in_step.wait, 10)
         await wait_for(lambda: len(seen) == 2, 10, "the generator to stop")
         assert seen == ["step saw cancelled=True", "closed with cancelled=True"]
+
+
+async def test_a_plain_step_that_outlasts_the_close_wait_still_sees_msg_cancelled(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stream stops waiting for a step still running in its thread after
+    CLOSE_WAIT, and its request ends; the step must go on seeing it should stop."""
+    monkeypatch.setattr(stream_writer, "CLOSE_WAIT", 0.1)
+    async with Mesh("zmq") as m:
+        n1, n2, a, b = await two_nodes(m)
+        seen: list[str] = []
+        in_step, go_on = threading.Event(), threading.Event()
+
+        @b.on("lines")
+        def lines(msg: Message) -> Iterator[str]:
+            try:
+                yield "first"
+                in_step.set()
+                go_on.wait(20)  # a step that blocks past CLOSE_WAIT without polling
+                seen.append(f"step saw cancelled={msg.cancelled}")
+                yield "never read"
+            finally:
+                seen.append(f"closed with cancelled={msg.cancelled}")
+
+        async with a.stream("b", "lines", timeout=30) as stream:
+            assert await stream.__anext__() == "first"
+            await asyncio.get_running_loop().run_in_executor(None, in_step.wait, 10)
+        await wait_for(lambda: n2.stats()["cancelled_running"] == 1 and n2.stats()["by_agent"]["b"]["running"] == 0,
+                       10, "the request to end while its step still runs")
+        go_on.set()
+        await wait_for(lambda: len(seen) == 2, 10, "the generator to stop")
+        assert seen == ["step saw cancelled=True", "closed with cancelled=True"]
+        await wait_for(lambda: not zmesh.message.CANCELLED_REQUESTS, 5, "the flag to be forgotten after the step")
 
 
 async def test_cancelling_the_reading_task_stops_the_generator(transport: str) -> None:

@@ -46,7 +46,7 @@ from .._wire.names import node_address
 from ..message import CANCELLED_REQUESTS, Message
 
 __all__ = ["CANCEL_TOPIC", "WATCH_TOPIC", "STARTED_TOPIC", "Cancellations", "RequestId", "node_message",
-           "request_ids", "request_id", "MAX_IDS", "EARLY_TTL", "MAX_EARLY"]
+           "request_ids", "request_id", "MAX_IDS", "EARLY_TTL", "MAX_EARLY", "linger"]
 
 #: The topic of a cancel, between node addresses.
 CANCEL_TOPIC = "zmesh.cancel"
@@ -63,6 +63,23 @@ MAX_EARLY = 10_000
 
 #: One request on a node: (its target agent, its correlation id).
 RequestId = tuple[str, str]
+
+#: Requests whose handler ended while a step of theirs still runs in the pool (see :func:`linger`).
+_LINGERING: set[RequestId] = set()
+
+
+def linger(key: RequestId, until: asyncio.Future[Any]) -> None:
+    """Keep request ``key`` cancelled (``msg.cancelled`` True) until ``until``
+    is done: a plain generator's step, still running in its thread after its
+    stream stopped waiting for it, goes on seeing that it should stop."""
+    _LINGERING.add(key)
+    CANCELLED_REQUESTS.add(key)
+
+    def done(_: object) -> None:
+        _LINGERING.discard(key)
+        CANCELLED_REQUESTS.discard(key)
+
+    until.add_done_callback(done)
 
 
 def request_id(msg: Message) -> RequestId:
@@ -130,7 +147,8 @@ class Cancellations:
         stopped_at = self.stopped.pop(corr, None)
         if stopped_at is None:
             return False
-        CANCELLED_REQUESTS.discard(corr)
+        if corr not in _LINGERING:
+            CANCELLED_REQUESTS.discard(corr)
         self._receipt("cancel", "success", stopped_at, msg)
         return True
 

@@ -13,7 +13,8 @@ from typing import Any, Awaitable, Callable
 
 from ..clock import Clock
 from ..errors import InvalidMessage
-from ..message import Message
+from ..message import CANCELLED_REQUESTS, Message
+from .cancel import RequestId, linger
 from .handlers import HandlerTasks
 from .streams import CHUNK_TOPIC, Streams, Writer, is_stream_id, is_streamable
 
@@ -27,6 +28,8 @@ MAX_COLLECTED = 10_000
 log = logging.getLogger("zmesh")
 
 _END: Any = object()
+#: Closes of plain generators that wait for a step still running (kept referenced until done).
+_CLOSING: set[asyncio.Future[None]] = set()
 
 #: Runs a call in the agent's worker pool: (fn, *args) -> its result.
 Submit = Callable[..., Awaitable[Any]]
@@ -39,9 +42,10 @@ def _next_plain(gen: Any) -> Any:
 class _Source:
     """One stream's items, whatever yields them."""
 
-    def __init__(self, source: Any, submit: Submit) -> None:
+    def __init__(self, source: Any, submit: Submit, key: RequestId | None = None) -> None:
         self._source = source
         self._submit = submit
+        self._key = key  # the request it answers, if any
         self._plain = source.__class__ is GeneratorType
         self._running: asyncio.Future[Any] | None = None  # a plain generator's next() in the pool
 
@@ -70,9 +74,17 @@ class _Source:
         if running is not None:  # a next() still runs in its thread (a thread cannot be stopped)
             await asyncio.wait({running}, timeout=CLOSE_WAIT)  # (msg.cancelled is True meanwhile)
             if not running.done():  # close it once it returns, whenever that is
-                running.add_done_callback(lambda _: asyncio.ensure_future(self._submit(source.close)))
+                closing = asyncio.ensure_future(self._close_after(running))
+                _CLOSING.add(closing)
+                closing.add_done_callback(_CLOSING.discard)
+                if self._key is not None and self._key in CANCELLED_REQUESTS:
+                    linger(self._key, closing)  # its step and its close go on seeing msg.cancelled
                 return
         await self._submit(source.close)
+
+    async def _close_after(self, running: asyncio.Future[Any]) -> None:
+        await asyncio.wait({running})
+        await self._submit(self._source.close)
 
 
 async def write(source: Any, request: Message, agent_id: str, writer: Writer, submit: Submit,
@@ -81,7 +93,7 @@ async def write(source: Any, request: Message, agent_id: str, writer: Writer, su
     """Send each item of ``source`` as a chunk of ``request``'s stream, from
     ``agent_id``; the number sent. Raises what the source raises (its
     writer counts what was sent); the source is closed in any case."""
-    items = _Source(source, submit)
+    items = _Source(source, submit, (request.target, request.correlation_id))
     loop = asyncio.get_running_loop()
     try:
         while True:
