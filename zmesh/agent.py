@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, TypeVar, Union
 
 from ._runtime.handlers import handler_mode
 from ._runtime.agent_port import AgentHost
@@ -13,10 +13,10 @@ from ._runtime.routes import Routes
 from ._agent_capability import OWN_ID as _OWN_ID
 from ._agent_capability import CapabilityCalls
 from ._agent_handoff import HANDOFF_GRACE, HandoffCalls  # noqa: F401 - HANDOFF_GRACE: as before, from here too
+from ._agent_presence import PresenceProperties
 from ._agent_stream import StreamCalls
 from ._runtime.streams import is_stream_id
-from ._wire.names import check_capabilities
-from .registry import Will, check_meta, check_will
+from .registry import Will
 from .errors import InvalidMessage, NodeClosed
 from .message import MESSAGE_TYPES, Message, check_options, new_request_id
 from .topics import _valid_topics as _checked_topics
@@ -35,7 +35,7 @@ H = TypeVar("H", bound=Callable[..., Any])
 _SENDABLE_TYPES = frozenset(t for t in MESSAGE_TYPES if t != "result")
 
 
-class Agent(HandoffCalls, CapabilityCalls, StreamCalls):
+class Agent(PresenceProperties, HandoffCalls, CapabilityCalls, StreamCalls):
     """An agent hosted by a node. Create with ``node.agent("id")``."""
 
     def __init__(
@@ -58,56 +58,6 @@ class Agent(HandoffCalls, CapabilityCalls, StreamCalls):
 
     def __repr__(self) -> str:
         return f"<zmesh.Agent {self.id!r} on {self.node.id!r}>"
-
-    @property
-    def capabilities(self) -> tuple[str, ...]:
-        """What this agent says it can do, in the registry (``registry.find``).
-
-        Assigning new ones (any iterable of non-empty strings) republishes the
-        agent's record to every peer at once: a worker that switches model
-        can say so. ``await node.settled()`` waits until every peer has it.
-        """
-        return self._capabilities
-
-    @capabilities.setter
-    def capabilities(self, capabilities: Iterable[str]) -> None:
-        caps = check_capabilities(capabilities)
-        if self._closed:
-            raise NodeClosed(f"agent {self.id!r} is closed")
-        if caps != self._capabilities:
-            self._capabilities = caps
-            self._host.changed(self)
-
-    @property
-    def meta(self) -> Mapping[str, Any]:
-        """What this agent shows the mesh of itself (``registry.agents()[id].meta``).
-        Assigning a new map republishes it, as for :attr:`capabilities`."""
-        return self._meta
-
-    @meta.setter
-    def meta(self, meta: Mapping[str, Any] | None) -> None:
-        checked = check_meta(dict(meta) if meta is not None else None)
-        if self._closed:
-            raise NodeClosed(f"agent {self.id!r} is closed")
-        if checked != dict(self._meta):
-            self._meta = MappingProxyType(checked)
-            self._host.changed(self)
-
-    @property
-    def will(self) -> Will | None:
-        """The ``(topic, payload)`` broadcast for this agent if its node goes
-        without a goodbye (``node.agent(..., will=...)``); None: no will.
-        Assigning one republishes it, as for :attr:`capabilities`."""
-        return self._will
-
-    @will.setter
-    def will(self, will: tuple[str, Any] | None) -> None:
-        checked = check_will(will)
-        if self._closed:
-            raise NodeClosed(f"agent {self.id!r} is closed")
-        if checked != self._will:
-            self._will = checked
-            self._host.changed(self)
 
     # -- handlers --------------------------------------------------------
 
