@@ -10,6 +10,7 @@ import contextlib
 import time
 from typing import Any, Callable
 
+from ._checks import blind_time
 from .message import MessageHost
 from ._nats_names import from_kv_key, kv_key
 
@@ -27,6 +28,7 @@ class NatsRecords:
         self.record: bytes | None = None  # this node's, while it is to be renewed
         self._renewal: asyncio.Future[None] | None = None
         self._heard: dict[str, tuple[float, bytes]] = {}  # node -> (when renewed, its record)
+        self._last_beat: float | None = time.monotonic()  # a first beat late is late too
 
     @classmethod
     async def open(cls, js: Any, bucket: str, node_id: str, expiry: float,
@@ -103,13 +105,19 @@ class NatsRecords:
         with contextlib.suppress(Exception):
             await old.stop()
 
-    def beat(self, host: MessageHost | None) -> None:
-        """Once a heartbeat: renew this node's record, and count gone what was not renewed."""
+    def beat(self, host: MessageHost | None, heartbeat: float) -> None:
+        """Once a ``heartbeat``: renew this node's record, and count gone what was
+        not renewed (unless this beat finds our own loop just woken from a stall:
+        their renewals may be unread, and the time we could not look is not theirs)."""
         renewal = self._renewal
         if self.record is not None and (renewal is None or renewal.done()):
             # The same record again, beside the transport's queue (messages never wait behind it).
             self._renewal = asyncio.ensure_future(self._renew(self.record))
         now = time.monotonic()
+        blind, self._last_beat = blind_time(self._last_beat, now, heartbeat, self._expiry), now
+        if blind:
+            self._heard = {n: (min(now, when + blind), record) for n, (when, record) in self._heard.items()}
+            return
         for node_id, (when, _) in list(self._heard.items()):
             if now - when > self._expiry and host is not None:
                 del self._heard[node_id]

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import msgpack
 
+from ._checks import blind_time
 from .message import MessageHost
 from ._redis_names import Keys
 
@@ -36,6 +37,7 @@ class RedisRecords:
         self.record: bytes | None = None  # this node's, while it is to be renewed
         self.seq = 0
         self._heard: dict[str, tuple[float, int, bytes]] = {}  # node -> (when heard, seq, record)
+        self._last_sweep: float | None = time.monotonic()  # a first sweep late is late too
 
     # -- this node's ------------------------------------------------------
 
@@ -135,9 +137,15 @@ class RedisRecords:
             self.read_key(key.decode() if isinstance(key, bytes) else key, value, to)
         return True
 
-    def sweep(self, host: MessageHost) -> None:
-        """Count gone every node not heard of within ``expiry`` seconds."""
+    def sweep(self, host: MessageHost, heartbeat: float) -> None:
+        """Count gone every node not heard of within ``expiry`` seconds (once a
+        ``heartbeat``; not on a sweep that finds our own loop just woken from a
+        stall: what the others sent meanwhile may be unread)."""
         now = time.monotonic()
+        blind, self._last_sweep = blind_time(self._last_sweep, now, heartbeat, self._expiry), now
+        if blind:
+            self._heard = {n: (min(now, when + blind), seq, rec) for n, (when, seq, rec) in self._heard.items()}
+            return
         for node_id, (when, _, _) in list(self._heard.items()):
             if now - when > self._expiry:
                 del self._heard[node_id]

@@ -419,4 +419,4 @@ class NatsTransport(Counted, MessageTransport):
             await asyncio.sleep(self.heartbeat)
             self._pubacks.tick()
             if self._records is not None:
-                self._records.beat(self._host)
+                self._records.beat(self._host, self.heartbeat)

@@ -389,6 +389,6 @@ class RedisTransport(Counted, MessageTransport):
                 continue
             for command in records.renewal():
                 pipe.add(*command)
-            records.sweep(host)
+            records.sweep(host, self.heartbeat)
             if self._streams is not None:
                 self._streams.beat()
