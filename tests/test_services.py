@@ -71,7 +71,7 @@ async def test_a_provider_whose_node_does_not_answer_is_listed_with_its_error() 
         found = await collect(node.registry, ask, None, 1.0)
         assert found["x"]["providers"] == [{"agent": "a", "node": node.id,
                                             "error": f"Timeout: node {node.id!r} did not answer"}]
-        assert (found["x"]["requests"], found["x"]["average_ms"]) == (0, 0.0)
+        assert (found["x"]["requests"], found["x"]["average_ms"]) == (0, None)
 
 
 async def test_a_node_with_malformed_figures_gets_an_error_row_not_an_exception() -> None:
@@ -115,3 +115,12 @@ def test_the_blocking_facade_has_services() -> None:
         assert me.request("w", "echo", 1, timeout=10).payload == 1
         found = node.services("echo")
         assert found["echo"]["providers"][0]["requests"] == 1
+
+
+async def test_a_provider_that_answered_nothing_has_no_average_not_zero() -> None:
+    async with Mesh("inproc") as m:
+        node = await m.node()
+        node.agent("idle", capabilities=("x",))
+        found = await node.services("x")
+        [row] = found["x"]["providers"]
+        assert (row["requests"], row["average_ms"], found["x"]["average_ms"]) == (0, None, None)

@@ -9,13 +9,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from typing import Any, Callable, Iterator
 
 import pytest
 
 import zmesh
-from zmesh._runtime.wills import TAKE_UP_AFTER, WILL_DONE_TOPIC, Wills
+from zmesh._runtime.wills import DONE_MEMORY, TAKE_UP_AFTER, WILL_DONE_TOPIC, Wills
 from zmesh._wire.names import node_address
 from zmesh.errors import FrameError, InvalidMessage
 from zmesh._agent_profile import MAX_WILLS
@@ -341,3 +342,60 @@ def test_the_blocking_facade_takes_and_changes_a_will() -> None:
         one.settled(10)
         seen = two.registry.record(one.id)
         assert seen is not None and seen.wills == {"worker": ("status.worker", "changed")}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("kind", ["zmq", "nats", "redis"])
+async def test_a_node_whose_loop_stalled_past_expiry_does_not_take_its_peers_for_dead(
+    kind: str, children: list[subprocess.Popen[str]], request: pytest.FixtureRequest
+) -> None:
+    """A GC pause or a starved CPU blinds a node, not its peers: on waking it
+    must not count their renewals, still unread, as missing (no leave, no will)."""
+    if kind != "zmq":
+        request.getfixturevalue(f"{kind}_url")
+    async with Mesh(kind) as m:
+        survivor = await m.node()
+        seen = [await watcher(survivor, f"watch-{survivor.id}")]
+        left: list[zmesh.MeshEvent] = []
+
+        async def watch_events() -> None:
+            async for event in survivor.events():
+                if event.kind in ("peer_left", "will", "agent_left"):
+                    left.append(event)
+
+        watching = asyncio.ensure_future(watch_events())
+        try:
+            where = survivor.endpoint if kind == "zmq" else BROKERS[kind]
+            child = start_child(children, m.name, where)
+            assert await read_line(child) == "ready"
+            await survivor.wait_for_agents("worker", timeout=10)
+            time.sleep(6.0)  # the fault: this node's loop blocked past the peers' expiry (4 s)
+            deadline = time.monotonic() + 3.0  # then two heartbeats and more, watched throughout
+            while time.monotonic() < deadline:
+                assert "worker" in survivor.registry.agents() and not left, left
+                await asyncio.sleep(0.05)
+            assert survivor.stats()["wills_published"] == 0 and seen == [[]]
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+
+
+def test_word_that_a_will_was_published_before_this_node_saw_it_due_is_remembered() -> None:
+    """The first node's notice can come before this node notices the death itself."""
+    c = Cluster("b", "a", "b", "x")
+    c.wills.done("a", [("x", "worker")])
+    c.gone("x")
+    due(c)
+    c.clock.advance(10 * TAKE_UP_AFTER)
+    assert c.published == []
+    later = Cluster("b", "a", "b")  # the memory lasts DONE_MEMORY s: a later death is another's will
+    later.wills.done("a", [("x", "worker")])
+    later.clock.advance(DONE_MEMORY + 1)
+    due(later)
+    later.clock.advance(TAKE_UP_AFTER + 0.1)
+    assert [m.payload for m in later.published] == [GONE]
+    gone_itself = Cluster("b", "a", "b")
+    gone_itself.wills.done("x", [("x", "worker")])  # the gone node cannot say its own will was published
+    due(gone_itself)
+    gone_itself.clock.advance(TAKE_UP_AFTER + 0.1)
+    assert len(gone_itself.published) == 1

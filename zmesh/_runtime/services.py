@@ -17,7 +17,8 @@ async def collect(registry: Registry, ask: Callable[[str, float], Awaitable[dict
                   capability: str | None, timeout: float) -> dict[str, dict[str, Any]]:
     """By capability (only ``capability`` when given): ``providers`` (one map each:
     agent, node, requests, errors, average_ms, running, inbox; or agent, node,
-    error for one whose node did not answer in ``timeout``), and the totals."""
+    error for one whose node did not answer in ``timeout``), and the totals.
+    ``average_ms`` is None where no request was answered (0 would read as a time)."""
     if capability is not None and (not isinstance(capability, str) or not capability):
         raise InvalidMessage(f"capability must be None or a non-empty string, got {capability!r}")
     wanted: dict[str, list[tuple[str, str]]] = {}
@@ -43,7 +44,7 @@ async def collect(registry: Registry, ask: Callable[[str, float], Awaitable[dict
                 requests = int(figures.get("requests", 0))
                 rows.append({
                     "agent": agent_id, "node": node, "requests": requests, "errors": int(figures.get("errors", 0)),
-                    "average_ms": round(float(figures.get("request_ms", 0.0)) / requests, 3) if requests else 0.0,
+                    "average_ms": round(float(figures.get("request_ms", 0.0)) / requests, 3) if requests else None,
                     "running": int(figures.get("running", 0)), "inbox": int(figures.get("inbox", 0)),
                 })
             except (AttributeError, TypeError, ValueError, OverflowError):
@@ -54,7 +55,7 @@ async def collect(registry: Registry, ask: Callable[[str, float], Awaitable[dict
             "providers": rows,
             "requests": requests,
             "errors": sum(row["errors"] for row in answered),
-            "average_ms": round(sum(row["average_ms"] * row["requests"] for row in answered) / requests, 3)
-            if requests else 0.0,
+            "average_ms": round(sum(row["average_ms"] * row["requests"] for row in answered if row["requests"])
+                                / requests, 3) if requests else None,
         }
     return out

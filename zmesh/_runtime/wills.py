@@ -27,7 +27,7 @@ from ..clock import Clock, TimerHandle
 from ..message import Message
 from ..registry import MeshEvent, Registry
 
-__all__ = ["Wills", "WILL_DONE_TOPIC", "TAKE_UP_AFTER", "MAX_PENDING"]
+__all__ = ["Wills", "WILL_DONE_TOPIC", "TAKE_UP_AFTER", "MAX_PENDING", "DONE_MEMORY"]
 
 log = logging.getLogger("zmesh")
 
@@ -35,8 +35,10 @@ log = logging.getLogger("zmesh")
 WILL_DONE_TOPIC = "zmesh.will_done"
 #: Seconds each node waits, per node before it in the order, for word that a will was published.
 TAKE_UP_AFTER = 2.0
-#: Wills this node waits to see published at most (beyond: the oldest is forgotten).
+#: Wills this node waits to see published at most (beyond: the oldest is forgotten); and
+#: wills it heard were published before it saw them due, kept for DONE_MEMORY s.
 MAX_PENDING = 10_000
+DONE_MEMORY = 30.0
 
 WillKey = tuple[str, str]  # (the gone node, its agent)
 
@@ -63,6 +65,7 @@ class Wills:
         self._clock = clock
         self._stats = stats
         self._pending: dict[WillKey, _Pending] = {}
+        self._done_early: dict[WillKey, float] = {}  # published, said before we saw them due -> until when
         self.closed = False
 
     def close(self) -> None:
@@ -75,8 +78,12 @@ class Wills:
     def on_event(self, event: MeshEvent) -> None:
         kind = event.kind
         if kind == "will":
+            key = (event.node_id, event.agent_id)
+            until = self._done_early.pop(key, None)
+            if until is not None and until >= self._clock.monotonic():
+                return  # another node published it, and said so before this one saw it go
             if not self.closed:
-                self._due((event.node_id, event.agent_id), _Pending(event.detail, event.payload, {event.node_id}))
+                self._due(key, _Pending(event.detail, event.payload, {event.node_id}))
         elif (kind == "peer_left" or kind == "peer_restarted") and self._pending and event.node_id < self._node_id:
             for key, pending in list(self._pending.items()):  # a node before this one went: its turn moves up
                 if event.node_id not in pending.out:
@@ -84,11 +91,19 @@ class Wills:
                     self._due(key, pending)
 
     def done(self, node: str, keys: list[tuple[str, str]]) -> None:
-        """Node ``node`` says it published the wills ``keys``."""
+        """Node ``node`` says it published the wills ``keys`` (perhaps before
+        this node has seen them due: then it remembers, for DONE_MEMORY s)."""
         for key in keys:
             pending = self._pending.get(key)
-            if pending is not None and node not in pending.out:
-                self._forget(key)
+            if pending is not None:
+                if node not in pending.out:
+                    self._forget(key)
+            elif node != key[0] and not self.closed:
+                early = self._done_early
+                early.pop(key, None)
+                while len(early) >= MAX_PENDING:
+                    early.pop(next(iter(early)))
+                early[key] = self._clock.monotonic() + DONE_MEMORY
 
     def _due(self, key: WillKey, pending: _Pending) -> None:
         order = sorted(r.node_id for r in self._registry.nodes() if r.node_id not in pending.out)

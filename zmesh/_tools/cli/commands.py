@@ -226,7 +226,8 @@ async def services(args: argparse.Namespace) -> int:
                     rows.append([name, row["agent"], row["node"], row["error"], "", "", "", ""])
                 else:
                     rows.append([name, row["agent"], row["node"], str(row["requests"]), str(row["errors"]),
-                                 f"{row['average_ms']:.2f}", str(row["running"]), str(row["inbox"])])
+                                 "-" if row["average_ms"] is None else f"{row['average_ms']:.2f}", str(row["running"]),
+                                 str(row["inbox"])])
         print(_table(rows) if len(rows) > 1 else "no agent declares " + (
             f"capability {args.capability!r}" if args.capability else "a capability"))
     finally:
