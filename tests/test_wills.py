@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 import zmesh
+from zmesh._runtime.message_records import GONE_DETAIL
 from zmesh._runtime.wills import DONE_MEMORY, TAKE_UP_AFTER, WILL_DONE_TOPIC, Wills
 from zmesh._wire.names import node_address
 from zmesh.errors import FrameError, InvalidMessage
@@ -74,6 +75,9 @@ def test_wills_travel_in_the_record_and_a_bad_one_is_malformed() -> None:
                 {"worker": ["zmesh.stats", 1]}, {"worker": ["t", "x" * MAX_WILL_BYTES]}):
         with pytest.raises(FrameError, match="will"):
             parse_record({**record("n1").to_wire(), "wills": bad})
+    assert parse_record({**record("n1").to_wire(), "bye": True}).bye and not parse_record(record("n1").to_wire()).bye
+    with pytest.raises(FrameError, match="bye"):
+        parse_record({**record("n1").to_wire(), "bye": 1})
     many = record("n1", agents=tuple(f"a{i}" for i in range(MAX_WILLS + 1)),
                    wills={f"a{i}": ("t", i) for i in range(MAX_WILLS + 1)})
     with pytest.raises(FrameError, match="will"):
@@ -231,6 +235,31 @@ async def test_a_will_is_in_every_record_and_a_goodbye_publishes_none(transport:
         assert n1.stats()["wills_published"] == 0
 
 
+async def test_a_node_that_closes_is_seen_to_leave_not_to_die(transport: str) -> None:
+    """Over a broker a node's record going says nothing of why: the goodbye
+    record it puts last does, so a monitor tells a close from a crash."""
+    async with Mesh(transport) as m:
+        n1, n2 = await m.node(), await m.node()
+        n2.agent("plain")
+        await m.converged()
+        departures: list[str] = []
+        events = n1.events()  # its queue exists from here: nothing after is missed
+
+        async def pump() -> None:
+            async for event in events:
+                if event.kind == "peer_left" and event.node_id == n2.id:
+                    departures.append(event.detail)
+
+        pumping = asyncio.ensure_future(pump())
+        try:
+            await n2.close()
+            await wait_for(lambda: bool(departures), 10, "the peer_left event")
+            assert departures == ["left"]
+        finally:
+            pumping.cancel()
+            await asyncio.gather(pumping, return_exceptions=True)
+
+
 # -- processes killed: the will is published once, by the smallest survivor ------------------
 
 
@@ -275,6 +304,16 @@ async def test_a_killed_nodes_will_is_published_once_and_a_closed_ones_never(
         n1, n2 = await m.node(), await m.node()
         seen = [await watcher(n, f"watch-{n.id}") for n in (n1, n2)]
         await m.converged()
+        departures: list[str] = []
+        events = n1.events()
+
+        async def pump() -> None:
+            async for event in events:
+                if event.kind == "peer_left" and event.node_id == "dying":
+                    departures.append(event.detail)
+
+        pumping = asyncio.ensure_future(pump())
+        request.addfinalizer(pumping.cancel)
         where = n1.endpoint if kind == "zmq" else (f"{BROKERS['file']}/{m.name}" if kind == "file" else BROKERS[kind])
         child = start_child(children, m.name, where)
         assert await read_line(child) == "ready"
@@ -289,6 +328,10 @@ async def test_a_killed_nodes_will_is_published_once_and_a_closed_ones_never(
             child.send_signal(signal.SIGKILL)
         await wait_for(lambda: "worker" not in n1.registry.agents() and "worker" not in n2.registry.agents(), 30,
                        "the child's agent to leave")
+        # A monitor tells a crash from a close: over a broker by the goodbye record a closing node puts last.
+        killed = "lost its connection" if kind == "zmq" else GONE_DETAIL
+        await wait_for(lambda: bool(departures), 10, "the peer_left event")
+        assert departures == ["left" if ending == "goodbye" else killed]
         if ending == "goodbye":
             await no_will_before_a_marker([n1, n2], seen)
             return
@@ -323,10 +366,10 @@ def test_a_closing_node_over_a_broker_keeps_its_wills_withdrawn_whatever_its_age
                       None, lambda *dropped: None)  # type: ignore[arg-type]
     records.set_agent("w", (), frozenset(), None, ("status.w", 1))
     assert records.record().wills == {"w": ("status.w", 1)}
-    assert records.drop_wills() and records.record().wills == {}
+    assert records.say_goodbye() and records.record().wills == {} and records.record().bye
     records.set_agent("w", (), frozenset({"jobs.>"}), {"model": "x"}, ("status.w", 1))
     assert records.record().wills == {} and records.record().meta == {"w": {"model": "x"}}
-    assert not records.drop_wills()  # none left to withdraw
+    assert not records.say_goodbye()  # none left to withdraw
 
 
 def test_the_blocking_facade_takes_and_changes_a_will() -> None:

@@ -63,6 +63,8 @@ class NodeRecord:
     meta: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: Each agent's last will (``node.agent(..., will=...)``), for those that have one.
     wills: Mapping[str, Will] = field(default_factory=dict)
+    #: The node's last record before it closes in good order (broker transports: their goodbye).
+    bye: bool = False
 
     def __post_init__(self) -> None:
         if not self.routers:
@@ -86,6 +88,7 @@ class NodeRecord:
             "max_payload": self.max_payload,
             **({"meta": {a: dict(m) for a, m in self.meta.items()}} if self.meta else {}),
             **({"wills": {a: list(w) for a, w in self.wills.items()}} if self.wills else {}),
+            **({"bye": True} if self.bye else {}),
         }
 
 
@@ -132,6 +135,9 @@ def parse_record(data: Any) -> NodeRecord:
             raise FrameError("malformed", "record field max_payload")
         meta = parse_meta(data.get("meta", {}), agents)
         wills = parse_wills(data.get("wills", {}), agents)
+        bye = data.get("bye", False)
+        if bye.__class__ is not bool:
+            raise FrameError("malformed", "record field bye")
         return NodeRecord(
             routers=tuple(_str(e, "routers", 1024) for e in routers),
             pubs=tuple(_str(e, "pubs", 1024) for e in pubs),
@@ -147,6 +153,7 @@ def parse_record(data: Any) -> NodeRecord:
             max_payload=max_payload,
             meta=meta,
             wills=wills,
+            bye=bye,
         )
     except KeyError as exc:
         raise FrameError("malformed", f"record lacks {exc}") from None

@@ -67,8 +67,10 @@ class _Pending:
         self.timeout = timeout
 
 
-#: Seconds a closing node waits for every peer to have its record without wills.
+#: Seconds a closing node waits for every peer to have its goodbye record: with
+#: wills in its last record (a peer that misses it would publish them), and without.
 WILLS_DROPPED_WAIT = 2.0
+GOODBYE_WAIT = 0.5
 
 
 class MessageMesh(Generic[S]):
@@ -130,13 +132,16 @@ class MessageMesh(Generic[S]):
         """Nothing to discover: the broker is where nodes meet."""
 
     async def leave(self) -> None:
-        if self.running and self.records.drop_wills():
-            # A peer must see our record without wills before it sees it gone,
-            # or it takes the going for a death and publishes them.
-            if not await self.watch.settled(lambda: not self.running or self.records.is_settled(), WILLS_DROPPED_WAIT):
-                log.warning("zmesh %s: closing, not every peer said it had our record without wills within %s s; "
-                            "those that had not may take the close for a death and publish them", self.node_id,
-                            WILLS_DROPPED_WAIT)
+        if self.running:
+            # A peer must see our goodbye record before it sees our record gone,
+            # or it takes the going for a death (and publishes our wills).
+            had_wills = self.records.say_goodbye()
+            wait = WILLS_DROPPED_WAIT if had_wills else GOODBYE_WAIT
+            if not await self.watch.settled(lambda: not self.running or self.records.is_settled(), wait):
+                if had_wills:
+                    log.warning("zmesh %s: closing, not every peer said it had our record without wills within "
+                                "%s s; those that had not may take the close for a death and publish them",
+                                self.node_id, wait)
         was_running = self.running
         self.running = False
         self.records.live = False
@@ -398,10 +403,11 @@ class MessageMesh(Generic[S]):
             return
         events = self.records.heard(node_id, data)
         if data is None:
+            why = next((e.detail for e in events if e.kind == "peer_left"), "left")
             for key, pending in list(self._pending.items()):
                 if pending.node_id == node_id:
                     self._finish(key, pending)
-                    self.sink.resolved(key, None, PeerLost(f"node {node_id!r} left before replying"))
+                    self.sink.resolved(key, None, PeerLost(f"node {node_id!r} {why} before replying"))
         for event in events:
             self.watch.emit(event)
         if data is None:

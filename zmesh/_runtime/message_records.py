@@ -21,10 +21,12 @@ from ..message import Message
 from ..registry import MeshEvent, NodeRecord, Registry, Will, parse_record
 from ..transport.message import MessageTransport, MessageWire
 
-__all__ = ["Records", "RECORD_SEEN"]
+__all__ = ["Records", "RECORD_SEEN", "GONE_DETAIL"]
 
 #: The topic of "I have your record up to this seq", from node address to node address.
 RECORD_SEEN = "zmesh.record_seen"
+#: The ``peer_left`` detail of a node whose record went without its goodbye record first.
+GONE_DETAIL = "went without a goodbye (its record expired or was taken away)"
 
 
 class Records:
@@ -122,17 +124,19 @@ class Records:
             max_payload=config.max_payload,
             meta=dict(self.agent_meta),
             wills=dict(self.agent_wills),
+            bye=self.closing,
         )
 
-    def drop_wills(self) -> bool:
-        """The node is closing in good order: put our record without wills,
-        so a peer that sees it go next publishes none. False if it had none."""
+    def say_goodbye(self) -> bool:
+        """The node is closing in good order: put our last record, marked
+        ``bye`` and without wills, so a peer that sees it go next knows it
+        left (and publishes no will). True if it had wills: a peer must have
+        that record before it sees ours go, or it takes the going for a death."""
+        had_wills = bool(self.agent_wills)
         self.closing = True
-        if not self.agent_wills:
-            return False
         self.agent_wills.clear()
         self._changed()
-        return True
+        return had_wills
 
     def _changed(self) -> None:
         self._seq += 1
@@ -154,7 +158,10 @@ class Records:
         """Node ``node_id``'s record (None: gone); the events it causes."""
         if data is None:
             self._seen_by.pop(node_id, None)
-            return self.registry.remove(node_id, "left")  # after a goodbye, its last record has no wills
+            last = self.registry.record(node_id)
+            if last is not None and last.bye:
+                return self.registry.remove(node_id, "left", goodbye=True)
+            return self.registry.remove(node_id, GONE_DETAIL)
         try:
             record = parse_record(msgpack.unpackb(data, raw=False, strict_map_key=False))
         except FrameError as exc:
