@@ -5,12 +5,22 @@ from every provider's node's ``stats()["by_agent"]``."""
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any, Awaitable, Callable
 
 from ..errors import InvalidMessage, ZmeshError
 from ..registry import Registry
 
-__all__ = ["collect"]
+__all__ = ["collect", "average_ms"]
+
+
+def average_ms(requests: Any, request_ms: Any) -> float | None:
+    """A provider's average time per request answered (``stats()["by_agent"]``'s
+    ``request_ms / requests``); None where none was, or the figures are not counts."""
+    if requests.__class__ is not int or requests <= 0 or not isinstance(request_ms, (int, float)) \
+            or not math.isfinite(request_ms):
+        return None
+    return round(request_ms / requests, 3)
 
 
 async def collect(registry: Registry, ask: Callable[[str, float], Awaitable[dict[str, Any]]],
@@ -44,7 +54,7 @@ async def collect(registry: Registry, ask: Callable[[str, float], Awaitable[dict
                 requests = int(figures.get("requests", 0))
                 rows.append({
                     "agent": agent_id, "node": node, "requests": requests, "errors": int(figures.get("errors", 0)),
-                    "average_ms": round(float(figures.get("request_ms", 0.0)) / requests, 3) if requests else None,
+                    "average_ms": average_ms(requests, float(figures.get("request_ms", 0.0))),
                     "running": int(figures.get("running", 0)), "inbox": int(figures.get("inbox", 0)),
                 })
             except (AttributeError, TypeError, ValueError, OverflowError):

@@ -70,10 +70,8 @@ class Wills:
 
     def close(self) -> None:
         self.closed = True
-        for pending in self._pending.values():
-            if pending.timer is not None:
-                pending.timer.cancel()
-        self._pending.clear()
+        for key in list(self._pending):
+            self._forget(key)
 
     def on_event(self, event: MeshEvent) -> None:
         kind = event.kind
@@ -106,7 +104,7 @@ class Wills:
                 early[key] = self._clock.monotonic() + DONE_MEMORY
 
     def _due(self, key: WillKey, pending: _Pending) -> None:
-        order = sorted(r.node_id for r in self._registry.nodes() if r.node_id not in pending.out)
+        order = self._order(pending)
         turn = order.index(self._node_id) if self._node_id in order else 0
         if turn == 0:
             self._forget(key)
@@ -124,8 +122,11 @@ class Wills:
     def _turn_came(self, key: WillKey, pending: _Pending) -> None:
         if self._pending.get(key) is pending and not self.closed:
             del self._pending[key]
-            order = sorted(r.node_id for r in self._registry.nodes() if r.node_id not in pending.out)
-            self._publish_now(key, pending, [n for n in order if n != self._node_id])
+            self._publish_now(key, pending, [n for n in self._order(pending) if n != self._node_id])
+
+    def _order(self, pending: _Pending) -> list[str]:
+        """The nodes that take turns on ``pending``, in order of id (the registry's own order)."""
+        return [r.node_id for r in self._registry.nodes() if r.node_id not in pending.out]
 
     def _forget(self, key: WillKey) -> None:
         pending = self._pending.pop(key, None)

@@ -27,13 +27,11 @@ def check_liveness(heartbeat: float, expiry: float, max_age: float | None = None
         raise ValueError(f"expiry ({expiry} s) must be longer than heartbeat ({heartbeat} s)")
 
 
-def blind_time(last: float | None, now: float, heartbeat: float, expiry: float) -> float:
+def blind_time(last: float, now: float, heartbeat: float, expiry: float) -> float:
     """Seconds this node's own loop could not watch its peers' renewals: a
-    beat (due every ``heartbeat``) that comes late by more than half the
-    margin ``expiry`` leaves means the loop was stalled, and what the peers
-    sent meanwhile is still unread. That time is not their silence. 0.0 for
-    a beat on time (or the first)."""
-    if last is None:
-        return 0.0
+    beat (due every ``heartbeat`` after ``last``) that comes late by more
+    than half the margin ``expiry`` leaves means the loop was stalled, and
+    what the peers sent meanwhile is still unread. That time is not their
+    silence. 0.0 for a beat on time."""
     late = now - last - heartbeat
     return late if late > (expiry - heartbeat) / 2 else 0.0

@@ -28,7 +28,7 @@ class NatsRecords:
         self.record: bytes | None = None  # this node's, while it is to be renewed
         self._renewal: asyncio.Future[None] | None = None
         self._heard: dict[str, tuple[float, bytes]] = {}  # node -> (when renewed, its record)
-        self._last_beat: float | None = time.monotonic()  # a first beat late is late too
+        self._last_beat = time.monotonic()  # a first beat late is late too
 
     @classmethod
     async def open(cls, js: Any, bucket: str, node_id: str, expiry: float,

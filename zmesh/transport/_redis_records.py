@@ -37,7 +37,7 @@ class RedisRecords:
         self.record: bytes | None = None  # this node's, while it is to be renewed
         self.seq = 0
         self._heard: dict[str, tuple[float, int, bytes]] = {}  # node -> (when heard, seq, record)
-        self._last_sweep: float | None = time.monotonic()  # a first sweep late is late too
+        self._last_sweep = time.monotonic()  # a first sweep late is late too
 
     # -- this node's ------------------------------------------------------
 

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import time
 from collections import deque
 from typing import Any, AsyncIterator, Callable
 
+from ..._runtime.services import average_ms
 from ...errors import ZmeshError
 from ...node import Node
 from ...registry import MeshEvent, NodeRecord
@@ -174,10 +174,7 @@ class TopCollector:
         for key in ("handled", "running", "concurrency", "inbox", "inbox_size", "dropped", "dead_letters",
                     "requests", "errors"):
             row[key] = None if figures is None else figures.get(key)
-        # As `zmesh services` shows it: the average time its handlers took per request answered.
-        requests, spent = row["requests"], None if figures is None else figures.get("request_ms")
-        row["average_ms"] = (round(spent / requests, 3) if isinstance(spent, (int, float)) and math.isfinite(spent)
-                             and requests.__class__ is int and requests > 0 else None)
+        row["average_ms"] = None if figures is None else average_ms(row["requests"], figures.get("request_ms"))
         row["handled_per_s"] = _rate(stats, before, _agent_count(agent_id, "handled"))
         return row
 
