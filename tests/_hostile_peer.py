@@ -18,6 +18,10 @@ Settings (the JSON argument):
 * ``knock``: say HELLO(reply=true) again every this many seconds (a node
   that wants in keeps knocking).
 * ``peers``: how many made-up peers its HELLO lists.
+* ``curve``: ``{"public": z85, "secret": z85}``: a keyed attacker (a key the
+  victim trusts, or not): every socket it opens speaks CurveZMQ, its own
+  ROUTER and XPUB as servers, its dialling sockets as clients of the key
+  after the ``#`` of ``router``/``pub``.
 
 Commands (stdin):
 
@@ -27,7 +31,11 @@ Commands (stdin):
 * ``{"cmd": "replies", "target": agent, "corr": [...], "count": n}``: forged
   replies from our agent to ``target``'s pending requests.
 * ``{"cmd": "messages", "target": agent, "topic_bytes": n, "payload_bytes": n,
-  "count": n, "topic": "..."}``: direct messages from our agent.
+  "count": n, "topic": "..."}``: direct messages from our agent (or ``sender``);
+  ``request``: with a correlation id, answered to ``reply_to`` (default:
+  the sender); ``qos``, ``ttl``, ``id`` (the same id every time).
+* ``{"cmd": "report", "after": s}``: after serving ``s`` seconds, say how many
+  messages and replies arrived.
 * ``{"cmd": "flood", "bytes": n, "frame_bytes": n}``: PING items from a
   DEALER that never says HELLO.
 * ``{"cmd": "ghosts", "count": n}``: HELLOs of ``n`` made-up nodes, one DEALER each.
@@ -57,9 +65,13 @@ class Hostile:
         self.ctx = zmq.Context()
         self.ctx.setsockopt(zmq.MAX_SOCKETS, 8192)
         self.sockets: list[zmq.Socket[Any]] = []
-        self.router = self.socket(zmq.ROUTER)
+        self.curve: dict[str, str] | None = cfg.get("curve")
+        self.victim_router, _, self.server_key = cfg["router"].partition("#")
+        self.victim_pub = cfg["pub"].partition("#")[0]
+        self.suffix = f"#{self.curve['public']}" if self.curve else ""
+        self.router = self.socket(zmq.ROUTER, server=True)
         self.router_port = self.router.bind_to_random_port("tcp://127.0.0.1")
-        self.xpub = self.socket(zmq.XPUB)
+        self.xpub = self.socket(zmq.XPUB, server=True)
         self.pub_port = self.xpub.bind_to_random_port("tcp://127.0.0.1")
         self.name: str | None = cfg.get("name")
         self.inc = cfg.get("inc", "0000000000000001000001")
@@ -69,14 +81,23 @@ class Hostile:
         self.joined = False
         self.answered = 0
         self.received: list[Any] = []
+        self.results = 0  # replies received
+        self.ok = 0  # of which status "ok"
         self.next_knock = 0.0
         self.next_beat = 0.0
         self.ids = 0
         self.pending = b""
 
-    def socket(self, kind: int, **options: Any) -> zmq.Socket[Any]:
+    def socket(self, kind: int, server: bool = False, **options: Any) -> zmq.Socket[Any]:
         sock = self.ctx.socket(kind)
         sock.setsockopt(zmq.LINGER, 0)
+        if self.curve is not None:
+            sock.setsockopt(zmq.CURVE_SECRETKEY, self.curve["secret"].encode())
+            if server:
+                sock.setsockopt(zmq.CURVE_SERVER, 1)
+            else:
+                sock.setsockopt(zmq.CURVE_PUBLICKEY, self.curve["public"].encode())
+                sock.setsockopt(zmq.CURVE_SERVERKEY, self.server_key.encode())
         for name, value in options.items():
             sock.setsockopt(getattr(zmq, name), value)
         self.sockets.append(sock)
@@ -89,7 +110,8 @@ class Hostile:
     # -- who we say we are ---------------------------------------------------
 
     def record(self) -> dict[str, Any]:
-        router, pub = f"tcp://127.0.0.1:{self.router_port}", f"tcp://127.0.0.1:{self.pub_port}"
+        router = f"tcp://127.0.0.1:{self.router_port}{self.suffix}"
+        pub = f"tcp://127.0.0.1:{self.pub_port}{self.suffix}"
         return {
             "mesh": self.cfg["mesh"], "node": self.name, "inc": self.inc, "v": 1,
             "router": router, "pub": pub, "routers": [router], "pubs": [pub], "seq": 1,
@@ -103,9 +125,9 @@ class Hostile:
     def join(self) -> None:
         self.sub = self.socket(zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"J" + self.key.encode())
-        self.sub.connect(self.cfg["pub"])
+        self.sub.connect(self.victim_pub)
         self.dealer = self.socket(zmq.DEALER, ROUTING_ID=self.key.encode())
-        self.dealer.connect(self.cfg["router"])
+        self.dealer.connect(self.victim_router)
         self.dealer.send(self.hello(True))
         self.next_knock = time.monotonic() + self.cfg.get("knock", 1e9)
 
@@ -130,6 +152,9 @@ class Hostile:
             self.dealer.send(msgpack.packb([1, [PONG]]))
         elif kind == MSG and len(item) == 15:
             self.received.append(item[5])
+            if item[2] == 1:
+                self.results += 1
+                self.ok += item[13] == 0
             answer = self.cfg.get("answer")
             if answer is not None and item[6] and item[2] != 1 and self.dealer is not None:
                 reply = [MSG, self.new_id(), 1, item[4], item[7] or item[3], item[5], item[6], "",
@@ -144,7 +169,7 @@ class Hostile:
         what = cmd["cmd"]
         if what == "raw":
             dealer = self.socket(zmq.DEALER, ROUTING_ID=cmd["routing_id"].encode())
-            dealer.connect(self.cfg["router"])
+            dealer.connect(self.victim_router)
             frames = [bytes.fromhex(f) for f in cmd["frames"]]
             for i in range(cmd.get("repeat", 1)):
                 for frame in frames:
@@ -165,12 +190,14 @@ class Hostile:
             say(event="sent", cmd=what, count=sent)
         elif what == "messages":
             assert self.dealer is not None
-            sender = self.cfg["agents"][0]
+            sender = cmd.get("sender") or self.cfg["agents"][0]
             topic = cmd.get("topic") or "t." + "x" * cmd.get("topic_bytes", 1)
             payload = b"p" * cmd.get("payload_bytes", 1)
             for i in range(cmd["count"]):
-                msg = [MSG, self.new_id(), 3, sender, cmd["target"], f"{topic}{i}" if cmd.get("vary") else topic,
-                       "", "", 3, 0, None, time.time(), "", 0, payload]
+                corr = self.new_id() if cmd.get("request") else ""
+                msg = [MSG, cmd.get("id") or self.new_id(), 0 if corr else 3, sender, cmd["target"],
+                       f"{topic}{i}" if cmd.get("vary") else topic, corr, cmd.get("reply_to", sender if corr else ""),
+                       3, cmd.get("qos", 0), cmd.get("ttl"), time.time(), "", 0, payload]
                 self.dealer.send(msgpack.packb([1, msg]))
                 if i % 16 == 15:
                     self.wait(0.001)  # let the node's flow of ACKs and our beats through
@@ -181,7 +208,7 @@ class Hostile:
                 dealer = self.dealer
             else:
                 dealer = self.socket(zmq.DEALER, ROUTING_ID=b"flooder", SNDHWM=0)
-                dealer.connect(self.cfg["router"])
+                dealer.connect(self.victim_router)
             ping = msgpack.packb([PING, True])
             per_frame = max(1, cmd.get("frame_bytes", 1 << 20) // len(ping))
             per_frame = min(per_frame, cmd.get("items") or per_frame)
@@ -198,11 +225,14 @@ class Hostile:
             for i in range(cmd["count"]):
                 name, inc = f"ghost-node-{i}", "0000000000000001000001"
                 dealer = self.socket(zmq.DEALER, ROUTING_ID=f"{name}|{inc}".encode())
-                dealer.connect(self.cfg["router"])
+                dealer.connect(self.victim_router)
                 record = dict(self.record(), node=name, inc=inc, agents={},
                               router=f"tcp://127.0.0.1:{30000 + i}", routers=[f"tcp://127.0.0.1:{30000 + i}"])
                 dealer.send(msgpack.packb([1, [HELLO, record, [], False]]))
             say(event="sent", cmd=what, count=cmd["count"])
+        elif what == "report":
+            self.wait(cmd.get("after", 0))
+            say(event="report", received=len(self.received), results=self.results, ok=self.ok)
         else:
             say(event="error", what=f"unknown command {what!r}")
 

@@ -236,6 +236,32 @@ def test_a_name_policy_applies_only_to_the_key_the_directory_binds_it_to() -> No
     assert net.joined("a", "b")
 
 
+def test_a_name_policy_follows_its_key_under_any_other_name() -> None:
+    # b.key binds name b to KEY["b"]; the key joins as node "x"
+    policy = {"b": {"agents": ["worker-*"], "topics": ["jobs.>"]}}
+    net = KeyedNet(keyed("a", "a1", names={"b": KEY["b"]}, policy=policy), keyed("x", "evil", key=KEY["b"]))
+    net.keys["x"] = KEY["b"]
+    net.connect("x", "a")
+    net.deliver_all()
+    a = net.engines["a"]
+    assert a.dropped["policy"] >= 1 and "x" not in a.members.peers
+    restart(net, "x", KEY["b"], "worker-1")
+    assert net.joined("a", "x")
+    rule = a.members.peers["x"].rule
+    assert rule is not None and rule.topic_ok("jobs.run") and not rule.topic_ok("admin.x")
+
+
+def test_a_key_bound_to_several_names_may_do_what_any_of_them_may() -> None:
+    policy = {"b": {"agents": ["w-*"]}, "c": {"agents": ["v-*"]}, "*": {"agents": []}}
+    names = {"b": KEY["b"], "c": KEY["b"]}
+    identity = keyed("a", names=names, policy=policy).identity
+    assert identity.rule_for(KEY["b"], "b").agent_ok("w-1") and not identity.rule_for(KEY["b"], "b").agent_ok("v-1")
+    other = identity.rule_for(KEY["b"], "other")
+    assert other is not None and other.agent_ok("w-1") and other.agent_ok("v-1") and not other.agent_ok("x")
+    stranger = identity.rule_for(KEY["x"], "b")  # a key no entry names gets "*", even under a named name
+    assert stranger is not None and not stranger.agent_ok("w-1")
+
+
 def test_the_policy_limits_the_topics_a_key_may_send_on() -> None:
     net = joined_pair(policy={KEY["b"]: {"topics": ["jobs.>"]}})
     a, b = net.engines["a"], net.engines["b"]

@@ -14,7 +14,8 @@
   :data:`MAX_CLAIMED_AGENTS` ids are remembered (beyond that, ids no node
   hosts now are forgotten first).
 * **A policy** (``Node(policy=...)``) maps a public key, a node name bound
-  by the trusted directory, or ``"*"`` (every other key) to the agent ids
+  by the trusted directory (the rule is that name's key's, under whatever
+  name the key joins), or ``"*"`` (every other key) to the agent ids
   (glob patterns, as ``worker-*``) and the topics (topic patterns, as
   ``jobs.>``) that key may use: see :func:`parse_policy`.
 
@@ -118,10 +119,21 @@ class Identities:
         self.agents: dict[str, str] = {}  # agent id -> the key that first listed it
 
     def rule_for(self, public_key: str, node_id: str) -> Rule | None:
+        """The rule of ``public_key``, whatever name it joins under: its own
+        entry, else the entries of the names the trusted directory binds to it
+        (the one it joins as, if it is one of them, else what any of them
+        allows), else ``"*"``. A name only the first joiner binds gets no rule
+        of its own: any key could join with it first."""
         rule = self.rules.get(public_key)
-        if rule is None and self.key_of_name(node_id) == public_key:
-            rule = self.rules.get(node_id)
-        return rule if rule is not None else self.rules.get("*")
+        if rule is not None:
+            return rule
+        key_of_name = self.key_of_name
+        named = [name for name in self.rules if name != "*" and key_of_name(name) == public_key]
+        if not named:
+            return self.rules.get("*")
+        if node_id in named:
+            return self.rules[node_id]
+        return _union([self.rules[name] for name in named])
 
     def check_name(self, public_key: str, node_id: str) -> None:
         """FrameError ``wrong_key`` unless ``public_key`` may use ``node_id``."""
@@ -173,6 +185,15 @@ class Identities:
         """``public_key`` is distrusted: its names and agent ids are free again."""
         self.names = {n: k for n, k in self.names.items() if k != public_key}
         self.agents = {a: k for a, k in self.agents.items() if k != public_key}
+
+
+def _union(rules: list[Rule]) -> Rule:
+    """What any of ``rules`` allows (a key bound to several names may join as any of them)."""
+    if len(rules) == 1:
+        return rules[0]
+    agents = None if any(r.agents is None for r in rules) else tuple(p for r in rules for p in r.agents or ())
+    topics = None if any(r.topics is None for r in rules) else tuple(p for r in rules for p in r.topics or ())
+    return Rule(agents, topics, {})
 
 
 def _forget_one(bound: dict[str, str], in_use: Callable[[str], bool]) -> None:
