@@ -18,10 +18,13 @@ Settings (the JSON argument):
 * ``knock``: say HELLO(reply=true) again every this many seconds (a node
   that wants in keeps knocking).
 * ``peers``: how many made-up peers its HELLO lists.
+* ``max_payload``: the limit its record says it has (default 1 MiB).
 * ``curve``: ``{"public": z85, "secret": z85}``: a keyed attacker (a key the
   victim trusts, or not): every socket it opens speaks CurveZMQ, its own
   ROUTER and XPUB as servers, its dialling sockets as clients of the key
   after the ``#`` of ``router``/``pub``.
+* ``no_sub``: join without subscribing to the victim (a slow joiner, as the
+  victim sees it: its HELLO came, its SUB never attached).
 
 Commands (stdin):
 
@@ -34,6 +37,8 @@ Commands (stdin):
   "count": n, "topic": "..."}``: direct messages from our agent (or ``sender``);
   ``request``: with a correlation id, answered to ``reply_to`` (default:
   the sender); ``qos``, ``ttl``, ``id`` (the same id every time).
+* ``{"cmd": "ready", "keys": [node_key, ...]}``: subscriber-ready markers
+  (``J`` + a node key) for other nodes, from our SUB.
 * ``{"cmd": "report", "after": s}``: after serving ``s`` seconds, say how many
   messages and replies arrived.
 * ``{"cmd": "flood", "bytes": n, "frame_bytes": n}``: PING items from a
@@ -115,7 +120,7 @@ class Hostile:
         return {
             "mesh": self.cfg["mesh"], "node": self.name, "inc": self.inc, "v": 1,
             "router": router, "pub": pub, "routers": [router], "pubs": [pub], "seq": 1,
-            "agents": {a: [] for a in self.cfg.get("agents", [])}, "subs": {}, "max_payload": 1 << 20,
+            "agents": {a: [] for a in self.cfg.get("agents", [])}, "subs": {}, "max_payload": self.cfg.get("max_payload", 1 << 20),
         }
 
     def hello(self, reply: bool) -> bytes:
@@ -123,13 +128,18 @@ class Hostile:
         return msgpack.packb([1, [HELLO, self.record(), peers, reply]])
 
     def join(self) -> None:
-        self.sub = self.socket(zmq.SUB)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"J" + self.key.encode())
-        self.sub.connect(self.victim_pub)
+        if not self.cfg.get("no_sub"):
+            self.subscribe(b"J" + self.key.encode())
         self.dealer = self.socket(zmq.DEALER, ROUTING_ID=self.key.encode())
         self.dealer.connect(self.victim_router)
         self.dealer.send(self.hello(True))
         self.next_knock = time.monotonic() + self.cfg.get("knock", 1e9)
+
+    def subscribe(self, prefix: bytes) -> None:
+        if self.sub is None:
+            self.sub = self.socket(zmq.SUB, SNDHWM=0)
+            self.sub.connect(self.victim_pub)
+        self.sub.setsockopt(zmq.SUBSCRIBE, prefix)
 
     # -- what arrives ----------------------------------------------------------
 
@@ -230,6 +240,10 @@ class Hostile:
                               router=f"tcp://127.0.0.1:{30000 + i}", routers=[f"tcp://127.0.0.1:{30000 + i}"])
                 dealer.send(msgpack.packb([1, [HELLO, record, [], False]]))
             say(event="sent", cmd=what, count=cmd["count"])
+        elif what == "ready":
+            for key in cmd["keys"]:
+                self.subscribe(b"J" + key.encode())
+            say(event="sent", cmd=what, count=len(cmd["keys"]))
         elif what == "report":
             self.wait(cmd.get("after", 0))
             say(event="report", received=len(self.received), results=self.results, ok=self.ok)

@@ -233,8 +233,12 @@ class Net:
             engine.receive_published(packet.data, self.now)
         elif pub(packet.dst) in self.subscribed[packet.src]:  # a ready signal, still connected
             self.attached[packet.dst].add(packet.src)
-            engine.subscriber_ready(packet.key, self.now)
+            engine.subscriber_ready(packet.key, self.now, self.public_key(packet.src))
         self.pump(packet.dst)
+
+    def public_key(self, name: str) -> str | None:
+        """The public key ``name``'s connections carry (None: keyless)."""
+        return None
 
     def deliver_all(self, only: Callable[[Packet], bool] | None = None) -> int:
         """Deliver queued traffic (that ``only`` accepts) until none is left; how many."""

@@ -29,7 +29,7 @@ async def _still_serves(m: Mesh, a: zmesh.Agent) -> None:
 
 
 async def _pair(m: Mesh) -> tuple[zmesh.Node, zmesh.Node, zmesh.Agent]:
-    n1 = await m.node(max_payload=4096)
+    n1 = await m.node(max_payload=65536)
     n2 = await m.node()
     a = n1.agent("a")
     b = n2.agent("b")
@@ -150,7 +150,7 @@ async def test_oversized_payload_is_refused_at_the_caller_and_a_node_survives_a_
         _, _, a = await _pair(m)
         n1 = m.nodes[0]
         with pytest.raises(zmesh.InvalidMessage):
-            await a.send("b", "echo", b"x" * 5000)  # n1 has max_payload=4096
+            await a.send("b", "echo", b"x" * 70_000)  # n1 has max_payload=65536
         assert n1.stats().get("messages_sent", 0) == 0
         for i in range(20_000):
             await a.send("b", "echo", i)

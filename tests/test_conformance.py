@@ -231,7 +231,7 @@ async def test_send_to_an_unknown_agent_fails_at_once_and_is_dead_lettered(trans
 
 INVALID_CASES = {
     "unencodable payload": {"payload": object()},
-    "payload over max_payload": {"payload": b"x" * 2000},
+    "payload over max_payload": {"payload": b"x" * 70_000},
     "priority 6": {"priority": 6},
     "priority -1": {"priority": -1},
     "qos 3": {"qos": 3},
@@ -243,7 +243,7 @@ INVALID_CASES = {
 async def test_invalid_message_raises_and_sends_nothing(transport: str, case: str) -> None:
     options = dict(INVALID_CASES[case])
     payload = options.pop("payload", "ok")
-    async with Mesh(transport, max_payload=1000) as m:
+    async with Mesh(transport, max_payload=65536) as m:
         n1, n2 = await m.node(), await m.node()
         a, b = n1.agent("a"), n2.agent("b")
         inbox = Inbox()

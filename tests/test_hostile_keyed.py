@@ -33,13 +33,17 @@ def within(before: float, during: float) -> None:
 
 
 class Keys:
-    """A trusted directory: ``alice`` (the victim), ``bob``, and ``attacker``'s key."""
+    """A trusted directory: ``alice`` (the victim), ``bob``, ``attacker`` and ``slow``."""
 
     def __init__(self, root: Path) -> None:
         self.trusted = root / "trusted"
-        self.secret = {name: keygen(name, self.trusted)[1] for name in ("alice", "bob", "attacker")}
-        pair = load_key(self.secret["attacker"])
-        self.attacker = {"public": pair.public, "secret": pair.secret}
+        self.secret = {name: keygen(name, self.trusted)[1] for name in ("alice", "bob", "attacker", "slow")}
+        self.attacker = self.curve("attacker")
+
+    def curve(self, name: str) -> dict[str, str]:
+        """``name``'s key pair as the hostile peer takes it."""
+        pair = load_key(self.secret[name])
+        return {"public": pair.public, "secret": pair.secret}
 
 
 def _hosting(node: zmesh.Node, agent_id: str) -> zmesh.Agent:
@@ -94,3 +98,71 @@ async def test_a_policy_by_name_holds_when_its_key_joins_under_another_name(tmp_
             report = await bad.expect("report")
             # jobs.run is answered; admin.wipe and zmesh.stats are outside the key's topics
             assert (report["results"], report["ok"]) == (3, 1) and _dropped(alice, "policy") == policy_drops + 2
+
+
+# -- subscriber-ready markers ---------------------------------------------------------
+
+
+async def test_a_ready_marker_from_another_key_counts_nobody_and_junk_markers_are_bounded(tmp_path: Path) -> None:
+    keys = Keys(tmp_path)
+    async with Mesh("zmq", liveness=FAST, trusted=keys.trusted) as m:
+        alice, a = await _pair(m, keys)
+        before = await rtt(a, "bob")
+        # a slow joiner: its HELLO came, its SUB never attached, so alice does not count it
+        slow_settings = _settings(alice, keys, name="slow", agents=["s1"], no_sub=True, curve=keys.curve("slow"))
+        async with Attacker(**slow_settings) as slow:
+            await slow.expect("joined")
+            slow_key = (await slow.expect("ready"))["key"]
+            async with Attacker(**_settings(alice, keys, name="att", agents=["att-1"])) as bad:
+                await alice.wait_until(lambda: "att" in alice.peers, 10, "the attacker to join")
+                junk = [f"junk-{i}|0000000000000001000001" for i in range(3000)]
+                bad.send(cmd="ready", keys=[slow_key, *junk])
+                await wait_for(lambda: _dropped(alice, "wrong_key") >= 1
+                               and _dropped(alice, "too_many_ready") >= 3000 - 16, 20, "the markers dropped")
+                during = await rtt(a, "bob")
+                assert alice.registry.node_of("s1") is None and "slow" not in alice.peers
+                assert await a.broadcast("news.x", 1) == 0  # bob subscribes to nothing; slow is not counted
+        within(before, during)
+
+
+# -- 7: replies go only where the request came from ------------------------------------
+
+
+async def test_a_request_cannot_aim_its_reply_at_another_node(tmp_path: Path) -> None:
+    keys = Keys(tmp_path)
+    async with Mesh("zmq", liveness=FAST, trusted=keys.trusted) as m:
+        alice, a = await _pair(m, keys)
+        bob = m.nodes[1]
+        before = await rtt(a, "bob")
+        async with Attacker(**_settings(alice, keys, name="att", agents=["att-1"])) as bad:
+            await alice.wait_until(lambda: "att" in alice.peers, 10, "the attacker to join")
+            bad.send(cmd="messages", target="a", topic="whoami", count=200, request=True, reply_to="bob")
+            await wait_for(lambda: _dropped(alice, "reply_elsewhere") >= 200, 20, "the reflected requests refused")
+            during = await rtt(a, "bob")
+            bad.send(cmd="report", after=0.5)
+            report = await bad.expect("report")
+        assert (report["results"], report["ok"]) == (200, 0)  # the requester alone hears why
+        assert bob.stats()["late_replies"] == 0 and _dropped(alice, "reply_elsewhere") == 200
+        within(before, during)
+
+
+# -- 4: limits are negotiated safely -------------------------------------------------------
+
+
+async def test_a_member_with_a_tiny_limit_is_refused_and_breaks_no_broadcast(tmp_path: Path) -> None:
+    keys = Keys(tmp_path)
+    async with Mesh("zmq", liveness=FAST, trusted=keys.trusted) as m:
+        alice, a = await _pair(m, keys)
+        got: list[int] = []
+        await m.nodes[1].agent("listener").subscribe("news.>", lambda msg: got.append(len(msg.payload)))
+        await wait_for(lambda: alice.registry.subscribers("news.x"), 10, "bob's subscription at alice")
+        before = await rtt(a, "bob")
+        async with Attacker(**_settings(alice, keys, name="att", agents=["att-1"], max_payload=1)) as bad:
+            await wait_for(lambda: _dropped(alice, "refused") >= 1, 10, "the tiny limit refused")
+            during = await rtt(a, "bob")
+            assert "att" not in alice.peers
+            assert await a.broadcast("news.x", b"n" * 10_000) == 1
+            await wait_for(lambda: got == [10_000], 10, "the broadcast at bob")
+            bad.send(cmd="report")
+            await bad.expect("report")
+        within(before, during)

@@ -53,6 +53,9 @@ class KeyedNet(Net):
         else:
             super().deliver(packet)
 
+    def public_key(self, name: str) -> str | None:
+        return self.keys[name]
+
 
 def keyed(name: str, *agents: str, inc: str = "0001", key: str | None = None,
           names: dict[str, str] | None = None, policy: dict[str, Any] | None = None) -> Engine:
@@ -433,3 +436,36 @@ async def test_zmq_keyed_a_trusted_key_cannot_take_over_another_nodes_routing_id
     finally:
         forger.close(0)
         ctx.term()
+
+
+# -- subscriber-ready markers ---------------------------------------------------
+
+
+def test_a_ready_marker_counts_only_for_a_node_of_the_key_that_sent_it() -> None:
+    net = joined_pair()
+    a = net.engines["a"]
+    c = keyed("c", "c1")
+    a.subscriber_ready(c.key, net.now, KEY["b"])  # b's connection says c is attached, before c's HELLO
+    net.keys["c"] = KEY["c"]
+    net.add(c)
+    net.connect("c", "a")
+    net.deliver_all(only=lambda p: p.kind != "ready")  # c's own SUB does not attach yet
+    assert "c" in a.members.peers and not a.members.peers["c"].joined and a.registry.node_of("c1") is None
+    net.deliver_all()  # now it does, with c's key
+    assert net.joined("a", "c") and a.registry.node_of("c1") == "c"
+
+
+def test_ready_markers_are_bounded_per_key_and_forgotten_in_time() -> None:
+    from zmesh._engine.config import MAX_READY_PER_KEY, READY_PATIENCE
+
+    net = joined_pair()
+    a = net.engines["a"]
+    for i in range(100):
+        a.subscriber_ready(f"n{i}|0001", net.now, KEY["b"])
+    assert len(a.members.ready_keys) == MAX_READY_PER_KEY and a.dropped["too_many_ready"] == 100 - MAX_READY_PER_KEY
+    a.subscriber_ready("other|0001", net.now, KEY["c"])  # another key still has room
+    assert "other|0001" in a.members.ready_keys
+    a.subscriber_ready("b|0001", net.now, KEY["c"])  # a name bound to b's key: not c's to mark
+    assert a.dropped["wrong_key"] == 1
+    a.tick(net.now + READY_PATIENCE + 1)
+    assert a.members.ready_keys == {}

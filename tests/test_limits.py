@@ -24,14 +24,14 @@ def _inbox(agent: zmesh.Agent, topic: str) -> list[Any]:
 
 
 async def test_a_huge_trace_id_fails_at_the_caller(transport: str) -> None:
-    async with Mesh(transport, max_payload=4096) as m:
+    async with Mesh(transport, max_payload=65536) as m:
         n1, n2 = await m.node(), await m.node()
         a, b = n1.agent("a"), n2.agent("b")
         got = _inbox(b, "job.run")
         b.add_handler("job.ask", lambda msg: "ok")
         await m.converged()
-        huge = "t" * 8000  # the payload is small: only the whole message is over the limit
-        with pytest.raises(zmesh.InvalidMessage, match="over the limit of 4096 bytes"):
+        huge = "t" * 70_000  # the payload is small: only the whole message is over the limit
+        with pytest.raises(zmesh.InvalidMessage, match="over the limit of 65536 bytes"):
             await a.send("b", "job.run", "small", trace_id=huge)
         with pytest.raises(zmesh.InvalidMessage, match="over the limit"):
             await a.request("b", "job.ask", "small", timeout=5, trace_id=huge)
@@ -48,29 +48,39 @@ async def test_a_huge_trace_id_fails_at_the_caller(transport: str) -> None:
 async def test_a_message_over_the_receivers_smaller_limit_fails_at_the_senders_caller(transport: str) -> None:
     async with Mesh(transport) as m:
         n1 = await m.node()  # 1 MiB
-        n2 = await m.node(max_payload=4096)
-        a, b = n1.agent("a"), n2.agent("b")
+        n2 = await m.node(max_payload=65536)
+        n3 = await m.node()
+        a, b, c = n1.agent("a"), n2.agent("b"), n3.agent("c")
         got = _inbox(b, "blob.put")
         await b.subscribe("blob.*", lambda msg: got.append(msg.payload))
-        b.add_handler("blob.get", lambda msg: b"z" * 10_000)
-        a.add_handler("blob.get", lambda msg: b"z" * 10_000)
+        big: list[Any] = []
+        await c.subscribe("blob.*", lambda msg: big.append(len(msg.payload)))
+        b.add_handler("blob.get", lambda msg: b"z" * 100_000)
+        a.add_handler("blob.get", lambda msg: b"z" * 100_000)
         await m.converged()
-        blob = b"x" * 10_000  # under n1's limit, over n2's
-        with pytest.raises(zmesh.InvalidMessage, match=f"over the limit of 4096 bytes of node '{n2.id}'"):
+        blob = b"x" * 100_000  # under n1's limit, over n2's
+        with pytest.raises(zmesh.InvalidMessage, match=f"over the limit of 65536 bytes of node '{n2.id}'"):
             await a.send("b", "blob.put", blob)
-        with pytest.raises(zmesh.InvalidMessage, match="over the limit of 4096 bytes"):
+        with pytest.raises(zmesh.InvalidMessage, match="over the limit of 65536 bytes"):
             await a.request("b", "blob.put", blob, timeout=5)
-        with pytest.raises(zmesh.InvalidMessage, match="over the limit of 4096 bytes of some node"):
-            await a.broadcast("blob.new", blob)
+        # A broadcast over one node's limit still reaches the others; that node is left out, counted.
+        assert await a.broadcast("blob.new", blob) == 1
+        await wait_for(lambda: big == [100_000], what="the big broadcast at the node that takes it")
+        assert n1.stats()["dropped"]["too_big_for_peer"] == 1
         # A reply over the requester's limit: the requester hears why at once.
         with pytest.raises(zmesh.HandlerError) as info:
             await b.request("a", "blob.get", None, timeout=20)
-        assert info.value.remote_type == "InvalidMessage" and "4096" in str(info.value)
+        assert info.value.remote_type == "InvalidMessage" and "65536" in str(info.value)
         await a.send("b", "blob.put", b"fits")
         await wait_for(lambda: got, what="the small message")
         assert got == [b"fits"]
         assert "oversized" not in n2.stats()["dropped"]
-        assert n1.registry.record(n2.id).max_payload == 4096  # announced in its record
+        assert n1.registry.record(n2.id).max_payload == 65536  # announced in its record
+
+
+def test_a_node_may_not_take_less_than_64_kib() -> None:
+    with pytest.raises(ValueError, match="at least 65536"):
+        zmesh.Node("m", max_payload=65535)
 
 
 async def test_a_payload_with_tuple_keys_fails_at_the_caller(transport: str) -> None:
@@ -146,26 +156,26 @@ async def test_one_undecodable_broadcast_in_a_publish_frame_costs_only_itself(
 async def test_batches_to_a_node_with_a_small_limit_stay_under_its_frame_limit(transport: str) -> None:
     async with Mesh(transport) as m:
         n1 = await m.node()  # 1 MiB: batches up to 256 KiB
-        n2 = await m.node(max_payload=4096)  # takes frames up to 4 KiB + 64 KiB
+        n2 = await m.node(max_payload=65536)  # takes frames up to 64 KiB + 64 KiB
         a, b = n1.agent("a"), n2.agent("b")
         got = _inbox(b, "chunk")
         await b.subscribe("chunks.*", lambda msg: got.append(msg.payload))
         await m.converged()
-        chunk = b"c" * 3000
-        for i in range(100):  # each fits; 100 together would not fit in one frame
+        chunk = b"c" * 40_000
+        for i in range(30):  # each fits; 30 together would not fit in one frame
             await a.send("b", "chunk", chunk)
             await a.broadcast("chunks.x", chunk)
-        await wait_for(lambda: len(got) == 200, 10, "every chunk")
+        await wait_for(lambda: len(got) == 60, 10, "every chunk")
         assert "oversized" not in n2.stats()["dropped"]
 
 
 async def test_a_reply_too_big_for_a_request_near_the_limit_still_fails_fast(transport: str) -> None:
-    async with Mesh(transport, max_payload=4096) as m:
+    async with Mesh(transport, max_payload=65536) as m:
         n1, n2 = await m.node(), await m.node()
         a, b = n1.agent("a"), n2.agent("b")
-        b.add_handler("big", lambda msg: "y" * 8000)
+        b.add_handler("big", lambda msg: "y" * 140_000)
         await m.converged()
-        for size in range(4096, 3000, -8):  # the longest trace id a request may carry
+        for size in range(65536, 64000, -8):  # the longest trace id a request may carry
             try:
                 await a.request("b", "big", timeout=10, trace_id="t" * size)
             except zmesh.InvalidMessage:

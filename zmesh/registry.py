@@ -18,6 +18,7 @@ from .errors import FrameError
 from .topics import matches
 
 __all__ = ["NodeRecord", "AgentInfo", "MeshEvent", "Registry", "parse_record", "EVENT_KINDS", "DEFAULT_MAX_PAYLOAD",
+           "MIN_MAX_PAYLOAD",
            "check_meta", "MAX_META_KEYS", "check_will", "MAX_WILL_BYTES", "Will"]
 
 EVENT_KINDS = (
@@ -38,6 +39,9 @@ EVENT_KINDS = (
 _MAX_AGENTS = 10_000
 #: A node's limit on one encoded message, when its record does not say (older nodes).
 DEFAULT_MAX_PAYLOAD = 1 << 20
+#: The smallest ``max_payload`` a node may have, and a peer may say it has:
+#: every broadcast up to this size reaches every node, and batches stay this big.
+MIN_MAX_PAYLOAD = 64 * 1024
 _NO_LIMIT = 1 << 62
 _MAX_ID = 256
 _MAX_CACHED_ENTRIES = 1 << 18  # (agent, node) pairs the subscriber cache keeps in all (~16 MiB)

@@ -57,7 +57,7 @@ class Commands(Outbound):
     # -- local commands --------------------------------------------------
 
     def encode(self, msg: Message, route: str | None = None) -> bytes:
-        """Encode for ``route`` (None: a broadcast, for every node); InvalidMessage
+        """Encode for ``route`` (None: whichever node hosts the target); InvalidMessage
         when it is over our limit or the receiving node's."""
         item = codec.encode_message(msg, self.max_payload, self._pack)
         if len(item) > self.registry.floor and route != LOCAL:
@@ -228,20 +228,31 @@ class Commands(Outbound):
             self.reliable.forget(origin, msg)
 
     def broadcast(self, msg: Message) -> int:
-        """Publish to every subscribed agent; returns how many (other than the sender) it reaches."""
+        """Publish to every subscribed agent; returns how many (other than the
+        sender) it reaches. A node whose limit it is over is left out and
+        counted (``too_big_for_peer``): it fails for that node alone."""
         if self.closed:
             raise NodeClosed(f"node {self.node_id!r} is closed")
-        item = self.encode(msg)
+        item = codec.encode_message(msg, self.max_payload, self._pack)
+        registry = self.registry
+        over = len(item) > registry.floor
         reached = 0
         remote = local = False
-        for agent_id, node_id in self.registry.subscribers(msg.topic):
+        left_out: set[str] = set()
+        for agent_id, node_id in registry.subscribers(msg.topic):
             if agent_id == msg.sender:
                 continue
-            reached += 1
             if node_id == self.node_id:
                 local = True
+            elif over and len(item) > (registry.max_payload(node_id) or self.max_payload):
+                left_out.add(node_id)
+                continue
             else:
                 remote = True
+            reached += 1
+        for node_id in left_out:
+            self.drop("too_big_for_peer", node_id,
+                      f"a broadcast of {len(item)} bytes is over its limit of {registry.max_payload(node_id)}")
         if local:
             self.enqueue(LOCAL, item)
         if remote:

@@ -10,7 +10,8 @@ from ..liveness import LivenessConfig
 from ..message import new_id
 
 __all__ = ["EngineConfig", "LOCAL", "BATCH_BYTES", "MAX_LOGGED_DROPS", "HEADER_ALLOWANCE", "first_endpoint",
-           "SEED_RETRY", "SEED_RETRY_MAX", "SEED_SILENT_HELLOS", "DISCOVERED_PATIENCE", "LOST_PATIENCE", "MAX_READY_KEYS", "MAX_DEPARTED",
+           "SEED_RETRY", "SEED_RETRY_MAX", "SEED_SILENT_HELLOS", "DISCOVERED_PATIENCE", "LOST_PATIENCE", "MAX_READY_KEYS", "MAX_READY_PER_KEY",
+           "READY_PATIENCE", "MAX_DEPARTED",
            "REDISCOVER_MIN", "REDISCOVER_MAX", "MAX_REFUSALS_PER_SECOND", "MAX_KNOCKING", "MAX_WAITING", "MAX_CONNECTING", "CREDIT_WINDOW", "CREDIT_WINDOW_BYTES"]
 
 LOCAL = "\x00local"  # outbox key of this node's own agents
@@ -37,7 +38,9 @@ LOST_PATIENCE = 300.0  # a peer that went silent is knocked on this long (a cut 
 SILENT_DETAIL = "expired"
 REDISCOVER_MIN = 10.0  # while knocking on a lost peer, refresh discovery after this ...
 REDISCOVER_MAX = 60.0  # ... doubling up to this
-MAX_READY_KEYS = 1024  # subscribers seen before their HELLO, remembered at most
+MAX_READY_KEYS = 1024  # subscribers seen before their HELLO, remembered at most ...
+MAX_READY_PER_KEY = 16  # ... of which this many from one public key (keyed mode) ...
+READY_PATIENCE = 30.0  # ... each for this long (a HELLO follows its SUB in milliseconds)
 MAX_DEPARTED = 1024  # connection keys of departed peers remembered, to drop their last frames quietly
 MAX_REFUSALS_PER_SECOND = 8  # refusals answered (each opens a connection to where the stranger says)
 # Joining (see admission.py): outgoing links to nodes nobody vouched for yet are bounded.

@@ -259,11 +259,13 @@ class Engine(Commands):
                 self.members.remove(peer, "cut", "lost its connection", now)
                 return
 
-    def subscriber_ready(self, key: str, now: float) -> None:
+    def subscriber_ready(self, key: str, now: float, public_key: str | None = None) -> None:
+        """The subscriber with node key ``key`` receives our publications now
+        (keyed mode: ``public_key``, the key of its connection)."""
         if self.closed:
             return
         self._now = now
-        self.members.subscriber_ready(key)
+        self.members.subscriber_ready(key, public_key, now)
 
     # -- time ------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._wire import codec
-from .._wire.names import MAX_AGENT_ID, PROTOCOL_TOPICS, node_address
+from .._wire.names import MAX_AGENT_ID, PROTOCOL_TOPICS, node_address, replies_to
 from ..errors import FrameError, ZmeshError
 from ..message import Message
 from ..topics import matches
@@ -107,6 +107,10 @@ def _stranger(engine: Engine, key: str, frame: bytes) -> None:
         engine.drop("rejected", key, str(exc))
 
 
+#: What a publish frame adds to its items, at most (its node id and seq).
+PUB_OVERHEAD = 512
+
+
 def published(engine: Engine, frame: bytes) -> None:
     engine.stats["bytes_received"] += len(frame)
     try:
@@ -124,6 +128,11 @@ def published(engine: Engine, frame: bytes) -> None:
     rule = peer.rule
     engine.members.heard(peer, engine.now)
     engine.stats["frames_received"] += 1
+    if len(items) == 1 and len(frame) > engine.max_payload + PUB_OVERHEAD:
+        # A publisher sends an item over some subscriber's limit alone, and
+        # leaves out its subscribers: only a node that does not play by that sends one.
+        engine.drop("too_big", node_id, f"a broadcast of about {len(frame)} bytes")
+        return
     size = len(frame) // len(items) if items else 0
     for item in items:
         try:
@@ -186,6 +195,9 @@ def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None
             and msg.topic not in PROTOCOL_TOPICS):
         _not_allowed(engine, msg, peer)
         return
+    if msg.reply_to and peer is not None and msg.type != "result" and not replies_to(msg.reply_to, msg.sender):
+        _elsewhere(engine, msg, peer)
+        return
     engine.messages_received += 1
     if msg.type == "result" and msg.correlation_id:
         if not engine.requests.resolve(msg, engine.node_id if peer is None else peer.node_id):
@@ -238,6 +250,23 @@ def _not_allowed(engine: Engine, msg: Message, peer: Peer) -> None:
     engine.effects.append((DEAD, msg, "policy", why, msg.target))
     if msg.correlation_id:
         engine.reply_status(msg, "error", {"type": "PolicyError", "message": why})
+
+
+def _elsewhere(engine: Engine, msg: Message, peer: Peer) -> None:
+    """A request from ``peer`` wants its reply sent to someone else: zmesh
+    never sends one (a reply goes back to its requester), and answering would
+    make this node send unasked-for replies wherever a peer says. Dropped,
+    counted, and the requester alone is answered with an error."""
+    origin = peer.node_id
+    why = f"reply_to {msg.reply_to[:MAX_AGENT_ID]!r} is not the requester {msg.sender!r}: replies go back to it"
+    engine.drop("reply_elsewhere", origin, why)
+    if msg.target:
+        if len(msg.target) > MAX_AGENT_ID:
+            raise FrameError("malformed", "target longer than an agent id")
+        engine.flow.taken(origin, msg.target)
+    if msg.correlation_id:
+        msg.reply_to = ""
+        engine.reply_status(msg, "error", {"type": "InvalidMessage", "message": why})
 
 
 def _fan_out(engine: Engine, msg: Message, size: int) -> None:

@@ -17,7 +17,7 @@ from .._wire.codec import (
 from .._wire.endpoints import endpoint_host, is_loopback_endpoint
 from .._wire.names import printable
 from ..errors import FrameError
-from ..registry import NodeRecord
+from ..registry import MIN_MAX_PAYLOAD, NodeRecord
 from . import admission
 from . import timers
 from .config import (
@@ -25,6 +25,8 @@ from .config import (
     LOST_PATIENCE,
     MAX_DEPARTED,
     MAX_READY_KEYS,
+    MAX_READY_PER_KEY,
+    READY_PATIENCE,
     REDISCOVER_MIN,
     SEED_RETRY,
     SEED_RETRY_MAX,
@@ -51,7 +53,9 @@ class Members:
         self.peers: dict[str, Peer] = {}
         self.by_key: dict[str, Peer] = {}
         self.knocks: dict[str, Knock] = {}
-        self.ready_keys: dict[str, None] = {}  # node keys of subscribers seen before their HELLO
+        #: Node keys of subscribers seen before their HELLO -> (the public key
+        #: of the subscribing connection, or None keyless; when), oldest first.
+        self.ready_keys: dict[str, tuple[str | None, float]] = {}
         self.waiting: dict[str, None] = {}  # second-hand endpoints to knock on when there is room
         # node id -> the latest HELLO claiming it elsewhere (with the public key it came with)
         self.claims: dict[str, tuple[str, Hello, str | None]] = {}
@@ -143,6 +147,10 @@ class Members:
         if record.version != e.version:
             admission.refuse(self, record, f"protocol version {record.version} is not {e.version}",
                              "another protocol version")
+            return
+        if record.max_payload < MIN_MAX_PAYLOAD:  # it would hold back every broadcast over its limit
+            admission.refuse(self, record, f"max_payload {record.max_payload} is under {MIN_MAX_PAYLOAD}",
+                             f"max_payload under {MIN_MAX_PAYLOAD}")
             return
         public_key = e.sender_public_key
         rule = None
@@ -242,18 +250,48 @@ class Members:
         self.by_key[key] = peer
         self.departed.pop(key, None)  # back: what it sends is news again
         e.out((SUBSCRIBE, pub))
-        if self.ready_keys.pop(peer.node_key, 0) is None:
+        marker = self.ready_keys.pop(peer.node_key, None)
+        if marker is not None and marker[0] == peer.public_key:  # keyless: None == None
             self.ready(peer)
         return peer
 
-    def subscriber_ready(self, key: str) -> None:
-        """The peer with this node key (``node|incarnation``) now receives our publications."""
-        peer = self.peers.get(key.partition("|")[0])
-        if peer is None or peer.node_key != key:
-            if len(self.ready_keys) < MAX_READY_KEYS:
-                self.ready_keys[key] = None
+    def subscriber_ready(self, key: str, public_key: str | None, now: float) -> None:
+        """The subscriber with node key ``key`` (``node|incarnation``) now
+        receives our publications. In keyed mode the marker counts only for a
+        node of the key whose connection sent it: another key's forgery would
+        count a node that receives nothing as joined."""
+        e = self.e
+        node_id = key.partition("|")[0]
+        peer = self.peers.get(node_id)
+        if peer is not None and peer.node_key == key:
+            if peer.public_key != public_key:
+                e.drop("wrong_key", node_id, "a subscriber-ready marker from another key")
+                return
+            self.ready(peer)
             return
-        self.ready(peer)
+        if public_key is not None:
+            try:
+                e.identity.check_name(public_key, node_id)
+            except FrameError as exc:
+                e.drop(exc.reason, node_id, "a subscriber-ready marker from another key")
+                return
+        ready = self.ready_keys
+        if key in ready:
+            del ready[key]  # again: remembered from now
+        elif len(ready) >= MAX_READY_KEYS or (
+                public_key is not None and sum(1 for k, _ in ready.values() if k == public_key) >= MAX_READY_PER_KEY):
+            e.drop("too_many_ready", public_key or "keyless subscribers", "subscribers seen before their HELLO")
+            return
+        ready[key] = (public_key, now)
+
+    def expire_ready(self, now: float) -> None:
+        """Forget subscriber-ready markers no HELLO followed within :data:`READY_PATIENCE`."""
+        ready = self.ready_keys
+        while ready:
+            key, (_, when) = next(iter(ready.items()))
+            if now - when < READY_PATIENCE:
+                return
+            del ready[key]
 
     def ready(self, peer: Peer) -> None:
         was_joined = peer.joined
@@ -297,6 +335,10 @@ class Members:
             if self.endpoints.get(endpoint) == peer.node_id:
                 del self.endpoints[endpoint]
         self.by_key.pop(peer.key, None)
+        if self.ready_keys and peer.public_key is not None and all(
+                p.public_key != peer.public_key for p in self.peers.values()):
+            # The last node of its key went: its markers go with it.
+            self.ready_keys = {k: v for k, v in self.ready_keys.items() if v[0] != peer.public_key}
         self.departed[peer.key] = None
         if len(self.departed) > MAX_DEPARTED:
             del self.departed[next(iter(self.departed))]
@@ -359,6 +401,8 @@ class Members:
             record = item.record
             if record.node_id != peer.node_id or record.incarnation != peer.incarnation:
                 raise FrameError("spoofed_update", record.node_id)
+            if record.max_payload < MIN_MAX_PAYLOAD:
+                raise FrameError("malformed", f"max_payload {record.max_payload} is under {MIN_MAX_PAYLOAD}")
             if peer.public_key is not None:
                 e.identity.check_agents(peer.public_key, record, peer.rule, e.agents)
                 self.bind(peer.public_key, record)

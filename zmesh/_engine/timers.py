@@ -99,5 +99,7 @@ def tick(members: Members, now: float) -> None:
                 e.out((REDISCOVER,))
     if members.waiting:
         admission.fill(members, now)
+    if members.ready_keys:
+        members.expire_ready(now)
     if members.rediscover_every > REDISCOVER_MIN and not any(k.node_id for k in members.knocks.values()):
         members.rediscover_every = REDISCOVER_MIN  # nobody missing any more: start over

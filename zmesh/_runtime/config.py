@@ -7,6 +7,7 @@ from typing import Any, Iterable
 
 from .._wire.names import check_agent_id, check_capabilities, check_name
 from ..clock import Clock
+from ..registry import MIN_MAX_PAYLOAD
 
 __all__ = ["RuntimeConfig", "check_node_options", "check_agent_options"]
 
@@ -33,8 +34,9 @@ def check_node_options(
     check_name("mesh", mesh)
     if name is not None:
         check_name("node", name)
-    if not isinstance(max_payload, int) or max_payload < 1:
-        raise ValueError("max_payload must be a positive number of bytes")
+    if not isinstance(max_payload, int) or isinstance(max_payload, bool) or max_payload < MIN_MAX_PAYLOAD:
+        raise ValueError(f"max_payload must be a number of bytes of at least {MIN_MAX_PAYLOAD} (64 KiB), "
+                         f"got {max_payload!r}: peers refuse a node that takes less")
     if workers is not None:
         _check_count("workers", workers)
     if block_warning is not None and (

@@ -222,8 +222,8 @@ class Driver:
         if engine.earliest < self._timer_at:
             self._arm()  # input that set a timer without any effect (a DECLINED, say)
 
-    def on_subscriber_ready(self, key: str) -> None:
-        self.engine.subscriber_ready(key, self.clock.monotonic())
+    def on_subscriber_ready(self, key: str, public_key: str | None = None) -> None:
+        self.engine.subscriber_ready(key, self.clock.monotonic(), public_key)
         self.pump()
 
     def on_transport_drop(self, reason: str, where: str) -> None:

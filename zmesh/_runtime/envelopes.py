@@ -5,19 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._wire.names import check_agent_id
+from .._wire.names import check_agent_id, replies_to
 from ..errors import InvalidMessage
 from ..message import Message
 from ..topics import check_topic
 
 __all__ = ["envelope_message", "replies_to"]
-
-
-def replies_to(reply_to: str, agent_id: str) -> bool:
-    """Does ``reply_to`` name agent ``agent_id``? zmesh writes the agent id,
-    the seed design ``"agent/topic"`` (an agent id may have a ``/`` itself,
-    so it is matched whole, not split)."""
-    return reply_to == agent_id or reply_to.startswith(agent_id + "/")
 
 
 def envelope_message(agent_id: str, envelope: Any) -> Message:

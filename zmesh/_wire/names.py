@@ -13,7 +13,8 @@ from typing import Iterable
 
 from ..errors import InvalidMessage
 
-__all__ = ["check_name", "check_agent_id", "check_capabilities", "printable", "node_address", "MAX_AGENT_ID",
+__all__ = ["check_name", "check_agent_id", "check_capabilities", "printable", "node_address", "replies_to",
+           "MAX_AGENT_ID",
            "MAX_NAME", "NODE_ADDRESS_PREFIX", "PROTOCOL_TOPICS"]
 
 MAX_NAME = 64  # mesh and node names (characters)
@@ -77,6 +78,13 @@ def check_capabilities(capabilities: Iterable[str]) -> tuple[str, ...]:
 def node_address(node_id: str) -> str:
     """The address of node ``node_id`` itself, as a message's target or sender."""
     return NODE_ADDRESS_PREFIX + node_id
+
+
+def replies_to(reply_to: str, agent_id: str) -> bool:
+    """Does ``reply_to`` name agent ``agent_id``? zmesh writes the agent id,
+    the seed design ``"agent/topic"`` (an agent id may have a ``/`` itself,
+    so it is matched whole, not split)."""
+    return reply_to == agent_id or reply_to.startswith(agent_id + "/")
 
 
 def printable(text: str) -> str:

@@ -196,26 +196,30 @@ class Receiving:
                 self._drop("recv_failed", exc.strerror)
                 return
             data: bytes = frame.bytes
-            if keyed and data[:1] == b"\x01" and not self._subscriber_trusted(frame):
-                continue
+            public_key = None
+            if keyed and data[:1] == b"\x01":
+                public_key = self._subscriber_trusted(frame)
+                if public_key is None:
+                    continue
             if data[:2] == b"\x01J":
-                host.on_subscriber_ready(data[2:].decode("utf-8", "replace"))
+                host.on_subscriber_ready(data[2:].decode("utf-8", "replace"), public_key)
         self._reschedule(self._drain_xpub)
 
-    def _subscriber_trusted(self, frame: zmq.Frame) -> bool:
-        """Note a subscriber's connection by key; one whose key was distrusted
-        since ZAP admitted it is cut now (a race with :meth:`trust_changed`)."""
+    def _subscriber_trusted(self, frame: zmq.Frame) -> str | None:
+        """The public key of a subscriber's connection (noted, by descriptor),
+        or None: one whose key was distrusted since ZAP admitted it is cut now
+        (a race with :meth:`trust_changed`)."""
         try:
             public_key = str(frame.get("User-Id"))
             self._subscribers.seen(int(frame.get(_SRCFD)), public_key)
         except zmq.ZMQError:
-            return False
+            return None
         trusted = self.security.trusted
         if trusted is not None and public_key not in trusted.keys:
             self._subscribers.cut(public_key)
             self._drop("untrusted_key", public_key)
-            return False
-        return True
+            return None
+        return public_key
 
     def _reschedule(self, drain: Callable[[], None]) -> None:
         """Drain again soon. One pending call per socket: the socket's own
