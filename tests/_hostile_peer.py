@@ -44,6 +44,15 @@ Commands (stdin):
 * ``{"cmd": "flood", "bytes": n, "frame_bytes": n}``: PING items from a
   DEALER that never says HELLO.
 * ``{"cmd": "ghosts", "count": n}``: HELLOs of ``n`` made-up nodes, one DEALER each.
+* ``{"cmd": "handshakes", "count": n, "batch": b, "every": s, "seconds": t}``:
+  ``n`` DEALERs (``b`` at a time, each kept ``s`` seconds, for at most ``t``
+  seconds) that start a CurveZMQ handshake with our key and send a PING.
+* ``{"cmd": "records", "names": n, "agents": m, "pad": p, "updates": k, "every": s}``:
+  a registry flood: ``n`` made-up nodes (one DEALER each), each listing ``m``
+  agents whose ids are ``p`` characters longer than needed, made "joined"
+  with their own subscriber-ready markers; then ``k`` rounds of an UPDATE
+  from each (a record with a higher ``seq``), ``s`` seconds apart, while
+  answering the victim's pings.
 """
 
 from __future__ import annotations
@@ -57,7 +66,7 @@ from typing import Any
 import msgpack
 import zmq
 
-MSG, HELLO, ACK, PING, PONG = 0, 1, 3, 4, 5
+MSG, HELLO, UPDATE, ACK, PING, PONG = 0, 1, 2, 3, 4, 5
 
 
 def say(**event: Any) -> None:
@@ -240,6 +249,22 @@ class Hostile:
                               router=f"tcp://127.0.0.1:{30000 + i}", routers=[f"tcp://127.0.0.1:{30000 + i}"])
                 dealer.send(msgpack.packb([1, [HELLO, record, [], False]]))
             say(event="sent", cmd=what, count=cmd["count"])
+        elif what == "handshakes":
+            # CURVE handshakes with our key (trusted or not), ``batch`` sockets at a time
+            opened, end = 0, time.monotonic() + cmd.get("seconds", 5.0)
+            while opened < cmd["count"] and time.monotonic() < end:
+                batch = [self.socket(zmq.DEALER) for _ in range(cmd.get("batch", 100))]
+                for sock in batch:
+                    sock.connect(self.victim_router)
+                    sock.send(msgpack.packb([1, [PING, False]]), zmq.NOBLOCK)
+                self.wait(cmd.get("every", 0.05))
+                for sock in batch:
+                    sock.close(0)
+                    self.sockets.remove(sock)
+                opened += len(batch)
+            say(event="sent", cmd=what, count=opened)
+        elif what == "records":
+            self.records(cmd)
         elif what == "ready":
             for key in cmd["keys"]:
                 self.subscribe(b"J" + key.encode())
@@ -249,6 +274,28 @@ class Hostile:
             say(event="report", received=len(self.received), results=self.results, ok=self.ok)
         else:
             say(event="error", what=f"unknown command {what!r}")
+
+    def records(self, cmd: dict[str, Any]) -> None:
+        inc = "0000000000000001000001"
+        ghosts = []
+        for i in range(cmd["names"]):
+            name = f"flood-{i}"
+            dealer = self.socket(zmq.DEALER, ROUTING_ID=f"{name}|{inc}".encode(), SNDHWM=0)
+            dealer.connect(self.victim_router)
+            agents = {f"{name}-{j:06d}-" + "x" * cmd.get("pad", 0): ["cap-one", "cap-two"]
+                      for j in range(cmd["agents"])}
+            record = dict(self.record(), node=name, inc=inc, agents=agents)
+            dealer.send(msgpack.packb([1, [HELLO, record, [], False]]))
+            self.subscribe(b"J" + f"{name}|{inc}".encode())
+            ghosts.append((dealer, record))
+        say(event="sent", cmd="records", names=len(ghosts))
+        for round_ in range(cmd.get("updates", 0)):
+            self.wait(cmd.get("every", 0.1))
+            for dealer, record in ghosts:
+                record["seq"] += 1
+                dealer.send(msgpack.packb([1, [UPDATE, record]]))
+                dealer.send(msgpack.packb([1, [PING, False]]))
+        say(event="sent", cmd="updates", rounds=cmd.get("updates", 0))
 
     # -- the loop --------------------------------------------------------------
 

@@ -9,6 +9,8 @@ one during stays within :func:`within` of the one before.
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,8 @@ class Keys:
 
     def __init__(self, root: Path) -> None:
         self.trusted = root / "trusted"
-        self.secret = {name: keygen(name, self.trusted)[1] for name in ("alice", "bob", "attacker", "slow")}
+        self.secret = {name: keygen(name, self.trusted)[1] for name in ("alice", "bob", "attacker", "slow", "carol")}
+        self.secret["stranger"] = keygen("stranger", root / "elsewhere")[1]  # a key nobody trusts
         self.attacker = self.curve("attacker")
 
     def curve(self, name: str) -> dict[str, str]:
@@ -166,3 +169,68 @@ async def test_a_member_with_a_tiny_limit_is_refused_and_breaks_no_broadcast(tmp
             bad.send(cmd="report")
             await bad.expect("report")
         within(before, during)
+
+
+# -- 2: quotas per key ----------------------------------------------------------------------
+
+
+def _rss() -> int:
+    """This process's resident memory, in bytes."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def test_a_registry_flood_from_one_key_is_cut_off_and_leaves_nothing(tmp_path: Path) -> None:
+    keys = Keys(tmp_path)
+    async with Mesh("zmq", liveness=FAST, trusted=keys.trusted) as m:
+        alice, a = await _pair(m, keys)
+        before = await rtt(a, "bob")
+        rss_before = _rss()
+        async with Attacker(**_settings(alice, keys, name="att", agents=["att-1"])) as bad:
+            await alice.wait_until(lambda: "att" in alice.peers, 10, "the attacker to join")
+            # 20 made-up nodes x 10,000 agents (about 1.3 MB a record), marked ready, then UPDATEs at 10/s
+            bad.send(cmd="records", names=20, agents=10_000, pad=60, updates=30, every=0.1)
+            await wait_for(lambda: _dropped(alice, "over_quota") >= 1, 30, "the key cut off")
+            during = await rtt(a, "bob", 50)
+            await bad.expect("sent", timeout=60, cmd="updates")
+            assert "att" not in alice.peers and not any(r.node_id.startswith("flood-") for r in alice.registry.nodes())
+            assert len(alice.registry.agents()) == 2  # a and bob
+            grown = _rss() - rss_before
+        within(before, during)
+        # Without quotas it grew by about 480 MiB in 3 s, and kept growing; what remains here is
+        # the records it parsed before the key was cut off (up to 8 MiB of records, as Python objects)
+        assert grown < 300 << 20, f"the victim grew by {grown >> 20} MiB"
+
+
+# -- handshakes from a key nobody trusts ------------------------------------------------------
+
+
+async def _join_time(m: Mesh, alice: zmesh.Node, keys: Keys, name: str) -> float:
+    """How long a new trusted node takes to count as joined at alice."""
+    started = time.perf_counter()
+    node = await m.node(name=name, key=keys.secret["carol"])
+    await alice.wait_until(lambda: name in alice.peers, 20, f"{name} to join")
+    took = time.perf_counter() - started
+    await node.close()
+    return took
+
+
+async def test_a_handshake_flood_from_an_untrusted_key_costs_the_victim_little(tmp_path: Path) -> None:
+    keys = Keys(tmp_path)
+    async with Mesh("zmq", liveness=FAST, trusted=keys.trusted) as m:
+        alice, a = await _pair(m, keys)
+        before = await rtt(a, "bob")
+        join_before = await _join_time(m, alice, keys, "carol-1")
+        async with Attacker(**_settings(alice, keys, curve=keys.curve("stranger"))) as bad:
+            bad.send(cmd="handshakes", count=100_000, batch=200, every=0.02, seconds=6.0)
+            await wait_for(lambda: alice.stats()["transport"].get("handshakes_refused", 0) >= 500, 20,
+                           "the flood to start")
+            during = await rtt(a, "bob", 50)
+            join_during = await _join_time(m, alice, keys, "carol-2")
+            sent = (await bad.expect("sent", timeout=30, cmd="handshakes"))["count"]
+        refused = alice.stats()["transport"]["handshakes_refused"]
+        print(f"handshake flood: {sent} sockets, {refused} refused; round trip {before * 1e3:.2f} -> "
+              f"{during * 1e3:.2f} ms; a new node's join {join_before * 1e3:.0f} -> {join_during * 1e3:.0f} ms")
+        within(before, during)
+        assert join_during <= max(5 * join_before, 2.0)
+        assert alice.peers == ["bob"]

@@ -83,6 +83,7 @@ from .errors import (
     ZmeshError,
 )
 from .liveness import LivenessConfig
+from .quotas import Quotas
 from .message import GatherReply, Message, new_id
 from .node import Node, current_trace_id, trace_context
 from .observer import Receipt
@@ -110,6 +111,7 @@ __all__ = [
     "HandlerError",
     "InvalidMessage",
     "LivenessConfig",
+    "Quotas",
     "MeshEvent",
     "Message",
     "NoHandler",

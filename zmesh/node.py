@@ -38,6 +38,7 @@ from .clock import Clock, SystemClock
 from .deadletters import DeadLetters
 from .errors import AgentExists, NodeClosed, ZmeshError
 from .liveness import LivenessConfig
+from .quotas import Quotas
 from .registry import Registry, check_meta, check_will
 from .security import TrustSpec, resolve_security, trust_store
 from .store import SqliteStore, Store
@@ -127,6 +128,10 @@ class Node(WatchCalls):
     ``block_warning``
         A handler that blocks this node's event loop longer than this many
         seconds is named in one warning (once per handler); None: never.
+    ``quotas``
+        How much of this node one peer and one key may take: nodes, agents,
+        record bytes and record rates (:class:`zmesh.Quotas`; a peer over one
+        is cut off). Default (None): ``Quotas()``. ZeroMQ and in-process only.
     """
 
     def __init__(
@@ -155,6 +160,7 @@ class Node(WatchCalls):
         insecure: bool = False,
         policy: Mapping[str, Mapping[str, Any]] | None = None,
         block_warning: float | None = DEFAULT_BLOCK_WARNING,
+        quotas: Quotas | None = None,
     ) -> None:
         check_node_options(mesh, name, max_payload, workers, block_warning, encoder, decoder)
         self.block_warning = block_warning
@@ -181,7 +187,7 @@ class Node(WatchCalls):
             raise ValueError("policy needs keys (key=..., trusted=...): without them nobody's key is known")
         self.transport = make_transport(transport, interfaces, port, pub_port, self._security)
         config = mesh_config(mesh, self.id, self.incarnation, max_payload, self.liveness_config, self.transport,
-                             self.clock, store, encoder, decoder, self._security, rules)
+                             self.clock, store, encoder, decoder, self._security, rules, quotas)
         runtime = RuntimeConfig(self.id, mesh, self.clock, settle_timeout, dead_letter_capacity, workers)
         self._agents: dict[str, Agent] = {}
         self._watch = Watch(self.id)

@@ -20,6 +20,8 @@ without keys (docs/protocol.md, *Validation*).
   yet); a HELLO from another new node makes the oldest one that has been
   connecting for two heartbeats give way, or is dropped (it knocks again).
 * **Refusals say little and cost little**: see :func:`refuse`.
+* **A peer stays within its quotas** (:class:`zmesh.Quotas`): a HELLO or
+  UPDATE over one cuts it off (:func:`within_quotas`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from .._wire.codec import Hello, Ping, Refuse, encode_control, join_frame
+from .._wire.codec import Bye, Hello, Ping, Refuse, encode_control, join_frame
 from .._wire.names import printable
 from ..errors import FrameError
 from ..liveness import LivenessConfig
@@ -36,12 +38,13 @@ from .config import (
     DISCOVERED_PATIENCE, MAX_CONNECTING, MAX_KNOCKING, MAX_LOGGED_DROPS, MAX_REFUSALS_PER_SECOND, MAX_WAITING,
 )
 from .effects import CLOSE, EVENT, SEND
+from .quotas import record_size
 
 if TYPE_CHECKING:
     from .members import Members, Peer
 
 __all__ = ["claim", "claim_window", "tick_claims", "make_room", "second_hand_full", "wait", "fill", "refuse",
-           "mesh_refusal", "on_refuse"]
+           "mesh_refusal", "on_refuse", "within_quotas"]
 
 log = logging.getLogger("zmesh")
 
@@ -150,6 +153,12 @@ def refuse(members: Members, record: NodeRecord, reason: str, said: str) -> None
         said = mesh_refusal(e.mesh)
     e.drop("refused", record.node_id, f"refused node {record.node_id!r}: {reason}")
     e.out((EVENT, MeshEvent("peer_refused", record.node_id, detail=reason)))
+    _answer(members, record, said)
+
+
+def _answer(members: Members, record: NodeRecord, said: str) -> None:
+    """Tell a refused node ``said``, over a link of its own (a few a second at most)."""
+    e = members.e
     now = e.now
     if now - members.refusals[0] >= 1.0:
         members.refusals = (now, 0)
@@ -190,3 +199,38 @@ def on_refuse(members: Members, refuse: Refuse) -> None:
         e.logged_drops.add((who, "refused_us"))
         log.error("zmesh %s: refused by %s: %s", e.node_id, printable(who), printable(refuse.reason))
     e.out((EVENT, MeshEvent("peer_refused", who, detail=refuse.reason)))
+
+
+def within_quotas(members: Members, record: NodeRecord, public_key: str | None, now: float) -> int | None:
+    """The size of ``record`` (from a HELLO or an UPDATE) if it is within
+    its node's and its key's quotas; else None, and it is cut off: every
+    node of its key (keyless: that node) is told BYE and leaves the registry
+    with its agents, and the key (keyless: the name) is refused for the
+    quotas' cooldown. One that was cut off and comes back early: FrameError."""
+    e = members.e
+    ledger = e.ledger
+    who = public_key if public_key is not None else record.node_id
+    if ledger.banned(who, now):
+        raise FrameError("over_quota", "cut off for going over a quota, and its cooldown has not ended")
+    size = record_size(record)
+    peers = members.peers
+    others = [p.node_id for p in peers.values() if p.public_key == public_key and p.node_id != record.node_id
+              ] if public_key is not None else []
+    mine = peers.get(record.node_id)
+    why = ledger.over(record, size, now, mine is not None and mine.public_key == public_key, others)
+    if why is None:
+        return size
+    ledger.ban(who, now)
+    e.drop("over_quota", who, f"node {record.node_id!r}: {why}")
+    detail = f"over quota: {why}"
+    e.out((EVENT, MeshEvent("peer_refused", record.node_id, detail=detail)))
+    cut = [p for p in peers.values() if p.public_key == public_key] if public_key is not None else (
+        [mine] if mine is not None else [])
+    if not cut:
+        _answer(members, record, "over quota")
+        return None
+    bye = join_frame([encode_control(Bye("over quota"))])
+    for peer in cut:
+        e.out((SEND, peer.link, bye))
+        members.remove(peer, "bye", detail, now)
+    return None

@@ -36,6 +36,7 @@ from .credit import Flow
 from .effects import CLOSE, OPEN, SEND, Effect
 from .identity import Identities
 from .members import Members
+from .quotas import Ledger
 from .reliable import Reliable
 from .requests import Requests
 
@@ -81,6 +82,7 @@ class Engine(Commands):
         self.logged_drops: set[tuple[str, str]] = set()
         self.seeds: set[str] = set()  # endpoints given to connect(): knocked on until they answer, always
         self._outbox: dict[str, list[Any]] = {}
+        self._queued_update: dict[str, tuple[list[Any], int, bytes, frozenset[str]]] = {}
         self._pub_items: list[bytes] = []
         self._pub_size = 0
         self._links = 0
@@ -95,6 +97,7 @@ class Engine(Commands):
         #: Router endpoints of the peers whose keys were revoked, by key (see revoke).
         self.revoked: dict[str, str] = {}
         self.identity = Identities(config.public_key, config.key_of_name, config.policy or {})
+        self.ledger = Ledger(config.quotas)
 
     # -- plumbing --------------------------------------------------------
 
@@ -212,9 +215,10 @@ class Engine(Commands):
         if not self.started or self.closed:
             return
         item = codec.encode_control(codec.Update(record))
+        agents = frozenset(record.agents)
         for peer in self.members.peers.values():
             peer.update_sent = self._now
-            self.enqueue(peer.node_id, item)
+            self.enqueue_update(peer.node_id, item, agents)
 
     def is_settled(self) -> bool:
         """Has every joined peer acknowledged our latest record?"""

@@ -159,6 +159,9 @@ class Members:
             identity.check_name(public_key, record.node_id)
             rule = identity.rule_for(public_key, record.node_id)
             identity.check_agents(public_key, record, rule, e.agents)
+        size = admission.within_quotas(self, record, public_key, now)
+        if size is None:
+            return
         peer = self.peers.get(record.node_id)
         if peer is not None and peer.key != key:
             if record.incarnation < peer.incarnation:
@@ -194,6 +197,7 @@ class Members:
         if public_key is not None:
             peer.rule = rule
             self.bind(public_key, record)
+        e.ledger.accepted(peer.node_id, size)
         if hello.reply:
             self.send_hello(peer.link, reply=False)
         self.parked.release(peer.node_id, peer)  # after our HELLO: it must know us first
@@ -343,6 +347,7 @@ class Members:
         if len(self.departed) > MAX_DEPARTED:
             del self.departed[next(iter(self.departed))]
         e.discard_outbox(peer.node_id)
+        e.ledger.forget(peer.node_id)
         if not keep_link:
             e.out((CLOSE, peer.link))
         e.out((UNSUBSCRIBE, peer.pub))
@@ -405,8 +410,13 @@ class Members:
                 raise FrameError("malformed", f"max_payload {record.max_payload} is under {MIN_MAX_PAYLOAD}")
             if peer.public_key is not None:
                 e.identity.check_agents(peer.public_key, record, peer.rule, e.agents)
+            size = admission.within_quotas(self, record, peer.public_key, now)
+            if size is None:
+                return
+            if peer.public_key is not None:
                 self.bind(peer.public_key, record)
             self.accept_record(peer, record)
+            e.ledger.accepted(peer.node_id, size)
         elif cls is Bye:
             self.remove(peer, "bye", "left", now)
         elif cls is Credit:

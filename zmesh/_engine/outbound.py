@@ -48,6 +48,8 @@ class Outbound:
     _outbox: dict[str, list[Any]]
     _pub_items: list[bytes]
     _pub_size: int
+    #: node id -> (its box, the index and bytes of our UPDATE queued in it, that record's agents)
+    _queued_update: dict[str, tuple[list[Any], int, bytes, frozenset[str]]]
 
     def enqueue(self, node_id: str, item: bytes, size: int = -1) -> None:
         """Queue ``item`` for ``node_id`` (``size``: its length, if the caller has it)."""
@@ -69,6 +71,34 @@ class Outbound:
             box[1] = 0
         box[0].append(item)
         box[1] += size
+
+    def enqueue_update(self, node_id: str, item: bytes, agents: frozenset[str]) -> None:
+        """Queue our record's UPDATE (``item``, listing ``agents``) for ``node_id``.
+
+        An UPDATE of ours still queued for it is replaced in place, so a node
+        that registers a thousand agents in a row sends a few records, not a
+        thousand (each whole, and each counted against its quotas by every
+        peer). Only when no agent left meanwhile: a message queued between
+        the two, from an agent of the old record, is then still from one of
+        the new."""
+        box = self._outbox.get(node_id)
+        queued = self._queued_update.get(node_id)
+        if box is not None and queued is not None:
+            old_box, index, old_item, old_agents = queued
+            items = box[0]
+            grown = box[1] + len(item) - len(old_item)
+            if (old_box is box and index < len(items) and items[index] is old_item and old_agents <= agents
+                    and grown <= self.registry.frame_limit):
+                items[index] = item
+                box[1] = grown
+                self._queued_update[node_id] = (box, index, item, agents)
+                return
+        self.enqueue(node_id, item)
+        box = self._outbox.get(node_id)
+        if box is not None and box[0] and box[0][-1] is item:
+            self._queued_update[node_id] = (box, len(box[0]) - 1, item, agents)
+        else:
+            self._queued_update.pop(node_id, None)
 
     @property
     def has_queued(self) -> bool:
@@ -116,6 +146,8 @@ class Outbound:
     def flush(self) -> None:
         """Send everything queued, one frame per peer."""
         self.hold = False
+        if self._queued_update:
+            self._queued_update.clear()  # whatever they pointed to leaves now
         if self.reliable.acks or self.reliable.declines:
             self.reliable.flush_acks()
         while self._outbox or self._pub_items:
