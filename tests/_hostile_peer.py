@@ -253,10 +253,18 @@ class Hostile:
             # CURVE handshakes with our key (trusted or not), ``batch`` sockets at a time
             opened, end = 0, time.monotonic() + cmd.get("seconds", 5.0)
             while opened < cmd["count"] and time.monotonic() < end:
-                batch = [self.socket(zmq.DEALER) for _ in range(cmd.get("batch", 100))]
+                batch = []
+                for _ in range(cmd.get("batch", 100)):
+                    try:
+                        batch.append(self.socket(zmq.DEALER))
+                    except zmq.ZMQError:  # EMFILE: libzmq reaps closed sockets on its own time
+                        break
                 for sock in batch:
                     sock.connect(self.victim_router)
-                    sock.send(msgpack.packb([1, [PING, False]]), zmq.NOBLOCK)
+                    try:
+                        sock.send(msgpack.packb([1, [PING, False]]), zmq.NOBLOCK)
+                    except zmq.ZMQError:  # not connected yet: the handshake is the point
+                        pass
                 self.wait(cmd.get("every", 0.05))
                 for sock in batch:
                     sock.close(0)
