@@ -195,7 +195,9 @@ def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None
             and msg.topic not in PROTOCOL_TOPICS):
         _not_allowed(engine, msg, peer)
         return
-    if msg.reply_to and peer is not None and msg.type != "result" and not replies_to(msg.reply_to, msg.sender):
+    reply_to = msg.reply_to
+    if (reply_to and reply_to != msg.sender and peer is not None and msg.type != "result"
+            and not replies_to(reply_to, msg.sender)):
         _elsewhere(engine, msg, peer)
         return
     engine.messages_received += 1
