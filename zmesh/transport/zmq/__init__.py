@@ -41,6 +41,7 @@ from ...errors import TransportError, ZmeshError
 from ...security import Security
 from ..base import Transport, TransportCapabilities, TransportHost, endpoint_address
 from . import _sockets as zs
+from ._accepted import HANDSHAKE_IVL
 from ._addresses import bind_all, check_endpoint, choose, resolve_scope
 from ._curve import Subscribers, ZapDomain, curve_server, zap_register, zap_unregister
 from ._link import KeyedSubscription, LinkPlumbing, ZmqLink, link_tag
@@ -153,10 +154,12 @@ class ZmqTransport(Receiving, Transport):
                 self._router.setsockopt(zmq.MAXMSGSIZE, self.max_frame)
                 self._router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # see _senders.py
                 self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)  # _routable's probe
+                self._router.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_IVL * 1000))  # libzmq's default: 30 s
                 self._xpub = zs.open_socket(self._ctx, zmq.XPUB)
                 self._xpub.setsockopt(zmq.LINGER, 0)
                 self._xpub.setsockopt(zmq.SNDHWM, self.hwm)
                 self._xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
+                self._xpub.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_IVL * 1000))
                 if pair is not None and self._domain is not None:
                     curve_server(self._router, pair, self._domain)
                     curve_server(self._xpub, pair, self._domain)

@@ -1,5 +1,5 @@
-"""The TCP connections our listening sockets accepted (internal): shutting
-down a connection libzmq owns, by its descriptor.
+"""The TCP connections our listening sockets accepted (internal): a short
+handshake timeout, and shutting down a connection libzmq owns, by its descriptor.
 """
 
 from __future__ import annotations
@@ -7,7 +7,14 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-__all__ = ["connection_ends", "shutdown_connection"]
+__all__ = ["HANDSHAKE_IVL", "connection_ends", "shutdown_connection"]
+
+#: Seconds a connection to our ROUTER or XPUB has to finish its ZMTP (and CURVE) handshake.
+#: A CURVE handshake is two round trips, four Curve25519 operations and a ZAP
+#: answer from a Python thread: milliseconds, and about a second for the last of
+#: 200 at once on a loaded 2-core machine (docs/security.md). 5 s leaves room for
+#: that, and a client whose handshake is cut reconnects by itself.
+HANDSHAKE_IVL = 5.0
 
 
 def connection_ends(fd: int) -> tuple[Any, Any] | None:
