@@ -21,9 +21,11 @@ listener it cannot accept from). Three things bound that:
   :data:`MAX_HANDSHAKING` such connections from one address, each new one
   is shut down at once and counted (``dropped["too_many_handshakes"]``,
   logged once per address).
-  Connections already accepted are never cut: a flood from an address holds
-  back new connections from that address only, for at most ``HANDSHAKE_IVL``
-  after the flood stops.
+  A counted connection is never cut, only one past the cap: a flood from an
+  address holds back new connections from that address only, until
+  ``HANDSHAKE_IVL`` after the flood stops. (The node reads the monitor on
+  its loop, so a connection past the cap may have finished its handshake
+  before it is cut; its client dials again.)
 """
 
 from __future__ import annotations
