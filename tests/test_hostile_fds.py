@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+import msgpack
 import pytest
 import zmq
 
@@ -224,6 +225,28 @@ async def test_the_guard_cuts_the_newest_past_the_cap_and_forgets_after_the_wind
         guard.close()
         router.close(0)
         ctx.term()
+
+
+async def test_connections_that_speak_count_no_more(raw: Raw) -> None:
+    """A connection that sent a message has finished its handshake: only the silent ones are capped."""
+    ping = msgpack.packb([1, [4, False]])
+    async with Mesh("zmq") as m:
+        node = await m.node(name="victim")
+        for batch in range(1, 7):  # 300 connections from one address, more than the cap, each saying something
+            for _ in range(50):
+                dealer = raw.socket(zmq.DEALER)
+                dealer.connect(node.endpoint)
+                dealer.send(ping)
+            await wait_for(lambda: node.stats()["dropped"].get("unknown_peer", 0) >= 50 * batch, 10, "the pings")
+        idle: list[socket.socket] = []
+        try:
+            for _ in range(MAX_HANDSHAKING + 1):
+                idle.append(socket.create_connection(("127.0.0.1", _port(node.endpoint)), timeout=5))
+            await wait_for(lambda: node.stats()["dropped"].get(REASON, 0) >= 1, 10, "the silent one past the cap")
+            assert node.stats()["dropped"][REASON] == 1
+        finally:
+            for sock in idle:
+                sock.close()
 
 
 # -- a burst of trusted joiners is never cut ---------------------------------------------------

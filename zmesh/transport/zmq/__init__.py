@@ -132,7 +132,8 @@ class ZmqTransport(Receiving, Transport):
         self._senders = Senders(self._routable)
         self._subscribers = Subscribers()
         self._domain: ZapDomain | None = None
-        self._guards: list[HandshakeGuard] = []  # the ROUTER's and the XPUB's
+        self._router_guard: HandshakeGuard | None = None
+        self._xpub_guard: HandshakeGuard | None = None
         self._rescheduled: set[Callable[[], None]] = set()  # drains asked for again, pending
         self._closed = False
 
@@ -164,8 +165,8 @@ class ZmqTransport(Receiving, Transport):
                 self._xpub.setsockopt(zmq.SNDHWM, self.hwm)
                 self._xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
                 self._xpub.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_IVL * 1000))
-                for sock in (self._router, self._xpub):
-                    self._guards.append(HandshakeGuard(self._ctx, sock, self._drop))
+                self._router_guard = HandshakeGuard(self._ctx, self._router, self._drop)
+                self._xpub_guard = HandshakeGuard(self._ctx, self._xpub, self._drop)
                 if pair is not None and self._domain is not None:
                     curve_server(self._router, pair, self._domain)
                     curve_server(self._xpub, pair, self._domain)
@@ -188,7 +189,7 @@ class ZmqTransport(Receiving, Transport):
             zs.release_context()
             raise
         drains: list[tuple[zmq.Socket[Any], Callable[[], None]]] = [
-            (self._router, self._drain_keyed_router if pair is not None else self._drain_router),
+            (self._router, self._drain_router),
             (self._xpub, self._drain_xpub),
         ]
         if self._sub is not None:
@@ -197,7 +198,8 @@ class ZmqTransport(Receiving, Transport):
             add_reader(zs.fd_of(sock), drain)
             loop.call_soon(drain)
         assert self._remove_reader is not None
-        for guard, port in zip(self._guards, ports):
+        for guard, port in zip((self._router_guard, self._xpub_guard), ports):
+            assert guard is not None
             guard.listening(port, loop, add_reader, self._remove_reader)
         self._plumbing = LinkPlumbing(
             self._ctx, loop, host, key, self._counters, self._links, add_reader, self._remove_reader,
@@ -332,9 +334,10 @@ class ZmqTransport(Receiving, Transport):
     # -- teardown --------------------------------------------------------
 
     def _close_sockets(self) -> None:
-        for guard in self._guards:
-            guard.close()
-        self._guards = []
+        for guard in (self._router_guard, self._xpub_guard):
+            if guard is not None:
+                guard.close()
+        self._router_guard = self._xpub_guard = None
         for link in list(self._links):
             link.close()
         for keyed in list(self._keyed_subs.values()):

@@ -15,9 +15,10 @@ listener it cannot accept from). Three things bound that:
   30 s);
 * :class:`HandshakeGuard`, a monitor on each of them, counts per source
   address the connections accepted less than ``HANDSHAKE_IVL`` ago that have
-  not closed: those may still be in their handshake (libzmq reports a
-  server's finished handshake without saying which connection's, so one
-  that finished counts until its window ends). Past
+  neither closed nor sent a message (the transport says when one has, by the
+  message's ``ZMQ_SRCFD``): those may still be in their handshake. (libzmq
+  reports a server's finished handshake without saying which connection's,
+  so one that finished and says nothing counts until its window ends.) Past
   :data:`MAX_HANDSHAKING` such connections from one address, each new one
   is shut down at once and counted (``dropped["too_many_handshakes"]``,
   logged once per address).
@@ -65,8 +66,9 @@ _DROP_REASON = "too_many_handshakes"
 class HandshakeGuard:
     """A monitor on one listening socket (set up before it binds): at most
     ``limit`` connections per source address accepted within ``window``
-    seconds and still open; a newer one is shut down, and
-    ``drop("too_many_handshakes", address)`` called."""
+    seconds, still open and silent (:meth:`handshaken` was not called for
+    them); a newer one is shut down, and ``drop("too_many_handshakes",
+    address)`` called."""
 
     __slots__ = ("_sock", "_pair", "_drop", "_limit", "_window", "_clock", "_port", "_open", "_per_address",
                  "_loop", "_remove_reader", "_again")
@@ -109,6 +111,12 @@ class HandshakeGuard:
         if self._pair is not None:
             add_reader(zs.fd_of(self._pair), self.read)
             loop.call_soon(self.read)
+
+    def handshaken(self, fd: int) -> None:
+        """A message came over the connection on ``fd``: it finished its handshake,
+        and counts no more."""
+        self.read()  # its ACCEPTED came first: it is counted now, if it ever was
+        self._forget(fd)
 
     def handshaking(self, address: str) -> int:
         """How many connections from ``address`` count as in their handshake now."""
