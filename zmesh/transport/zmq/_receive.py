@@ -198,28 +198,24 @@ class Receiving:
             except zmq.ZMQError as exc:
                 self._drop("recv_failed", exc.strerror)
                 return
+            if self._xpub_guard is not None:  # a subscription: the handshake is over (see _accepted.py)
+                with contextlib.suppress(zmq.ZMQError):
+                    self._xpub_guard.handshaken(int(frame.get(_SRCFD)))
             data: bytes = frame.bytes
-            if data[:1] == b"\x01" and not self._subscriber(frame, keyed):
+            if keyed and data[:1] == b"\x01" and not self._subscriber_trusted(frame):
                 continue
             if data[:2] == b"\x01J":
                 host.on_subscriber_ready(data[2:].decode("utf-8", "replace"))
         self._reschedule(self._drain_xpub)
 
-    def _subscriber(self, frame: zmq.Frame, keyed: bool) -> bool:
-        """A subscription: its connection has finished its handshake (see
-        :mod:`._accepted`). Keyed, its connection is noted by key, and one whose
-        key was distrusted since ZAP admitted it is cut now (a race with
-        :meth:`trust_changed`); False: drop the subscription."""
+    def _subscriber_trusted(self, frame: zmq.Frame) -> bool:
+        """Note a subscriber's connection by key; one whose key was distrusted
+        since ZAP admitted it is cut now (a race with :meth:`trust_changed`)."""
         try:
-            fd = int(frame.get(_SRCFD))
-            public_key = str(frame.get("User-Id")) if keyed else ""
+            public_key = str(frame.get("User-Id"))
+            self._subscribers.seen(int(frame.get(_SRCFD)), public_key)
         except zmq.ZMQError:
-            return not keyed
-        if self._xpub_guard is not None:
-            self._xpub_guard.handshaken(fd)
-        if not keyed:
-            return True
-        self._subscribers.seen(fd, public_key)
+            return False
         trusted = self.security.trusted
         if trusted is not None and public_key not in trusted.keys:
             self._subscribers.cut(public_key)
