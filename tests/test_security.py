@@ -3,11 +3,13 @@ environment, secure-by-default on the LAN, endpoints that carry keys."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zmq
@@ -35,14 +37,106 @@ def test_keygen_writes_zmq_auth_certificates_and_keeps_the_secret_private(tmp_pa
     pub2, sec = zmq.auth.load_certificate(secret)
     assert none is None and pub == pub2 and sec is not None
     assert len(zmq.utils.z85.decode(pub)) == 32 and len(zmq.utils.z85.decode(sec)) == 32
+    assert zmq.auth.load_certificates(tmp_path / "keys") == {pub: True}
     assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(public).st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(tmp_path / "keys").st_mode) == 0o700  # made by keygen
     assert sorted(p.name for p in (tmp_path / "keys").iterdir()) == ["alice.key", "alice.key_secret"]  # no leftovers
     assert load_key(secret).public == pub.decode()
     with pytest.raises(zmesh.SecurityError, match="already exists"):
         keygen("alice", tmp_path / "keys")
     with pytest.raises(zmesh.SecurityError, match="bad key name"):
         keygen("../evil", tmp_path)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes")
+def test_the_secret_is_created_0600_whatever_the_umask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[tuple[str, int, int]] = []
+    real_open = os.open
+
+    def recording_open(path: Any, flags: int, mode: int = 0o777, **kwargs: Any) -> int:
+        opened.append((os.fspath(path), flags, mode))
+        return real_open(path, flags, mode, **kwargs)
+
+    monkeypatch.setattr(os, "open", recording_open)
+    monkeypatch.setattr(os, "fchmod", lambda fd, mode: None)  # the mode it is created with, alone
+    old = os.umask(0)
+    try:
+        public, secret = keygen("alice", tmp_path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600 and stat.S_IMODE(os.stat(public).st_mode) == 0o644
+    files = [o for o in opened if o[0].startswith("alice")]
+    assert [(name, mode) for name, _, mode in files] == [("alice.key_secret", 0o600), ("alice.key", 0o644)]
+    for _, flags, _ in files:
+        assert flags & os.O_CREAT and flags & os.O_EXCL and flags & os.O_NOFOLLOW
+    monkeypatch.undo()
+    old = os.umask(0o077)  # and a umask cannot take the public key's read bits off
+    try:
+        public, _ = keygen("bob", tmp_path / "made")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(public).st_mode) == 0o644 and stat.S_IMODE(os.stat(public.parent).st_mode) == 0o700
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes and owners")
+def test_keygen_refuses_a_directory_another_user_could_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shared = tmp_path / "shared"
+    for mode in (0o777, 0o770, 0o722):
+        shared.mkdir(mode)
+        os.chmod(shared, mode)
+        with pytest.raises(zmesh.SecurityError, match="other users may write to it"):
+            keygen("alice", shared)
+        assert not list(shared.iterdir())
+        shared.rmdir()
+    sticky = tmp_path / "sticky"  # as /tmp: others may add files, not replace ours
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    keygen("alice", sticky)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(0o755)
+    if os.geteuid() == 0:
+        os.chown(theirs, 4321, -1)
+    else:  # a directory of ours, seen by a process of another (not root) user
+        monkeypatch.setattr(os, "geteuid", lambda: os.stat(theirs).st_uid + 1)
+    with pytest.raises(zmesh.SecurityError, match="belongs to another user"):
+        keygen("alice", theirs)
+    assert not list(theirs.iterdir())
+
+
+@pytest.mark.skipif(os.name != "posix", reason="symbolic links")
+def test_keygen_never_writes_through_an_existing_file_or_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "a.key").write_text("someone else's")
+    with pytest.raises(zmesh.SecurityError, match="a.key already exists"):
+        keygen("a", tmp_path)
+    assert not (tmp_path / "a.key_secret").exists() and (tmp_path / "a.key").read_text() == "someone else's"
+    target = tmp_path / "stolen"
+    (tmp_path / "b.key_secret").symlink_to(target)  # dangling: where a secret would go to be read
+    with pytest.raises(zmesh.SecurityError, match="b.key_secret already exists"):
+        keygen("b", tmp_path)
+    # and if it appears after the check, O_EXCL refuses it
+    monkeypatch.setattr("zmesh._keyfiles._exists", lambda where, dir_fd: False)
+    with pytest.raises(zmesh.SecurityError, match="b.key_secret already exists"):
+        keygen("b", tmp_path)
+    assert not target.exists() and not (tmp_path / "b.key").exists()
+
+
+def test_keygen_leaves_nothing_when_writing_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_open = os.open
+
+    def full_disk(path: Any, flags: int, mode: int = 0o777, **kwargs: Any) -> int:
+        if os.fspath(path).endswith("c.key"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_open(path, flags, mode, **kwargs)
+
+    monkeypatch.setattr(os, "open", full_disk)
+    with pytest.raises(zmesh.SecurityError, match="cannot write the key 'c'.*No space left"):
+        keygen("c", tmp_path / "keys")
+    assert not (tmp_path / "keys").exists()  # the secret written first, and the directory made, are gone
+    (tmp_path / "kept").mkdir(0o700)
+    with pytest.raises(zmesh.SecurityError, match="No space left"):
+        keygen("c", tmp_path / "kept")
+    assert (tmp_path / "kept").is_dir() and not list((tmp_path / "kept").iterdir())  # not ours to remove
 
 
 def test_a_public_certificate_is_not_a_key(tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ encrypts every connection with CurveZMQ and admits only the public keys it
 trusts, on every socket. See docs/security.md for the threat model.
 
 * :func:`keygen` (``zmesh keygen NAME``) writes ``NAME.key`` (the public
-  certificate, to share) and ``NAME.key_secret`` (mode 0600, to keep), in the
-  certificate format of pyzmq's :mod:`zmq.auth`.
+  certificate, to share) and ``NAME.key_secret`` (created mode 0600, to keep),
+  in the certificate format of pyzmq's :mod:`zmq.auth`.
 * :class:`TrustedKeys` is the set of trusted public keys: from directories of
   ``*.key`` files, ``.key`` files and Z85 keys; it can be changed while the
   mesh runs (:meth:`TrustedKeys.trust`, :meth:`~TrustedKeys.distrust`,
@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import stat
-import tempfile
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +30,7 @@ from typing import Union
 import zmq
 import zmq.auth
 
+from ._keyfiles import write_key_pair
 from .errors import SecurityError
 
 __all__ = [
@@ -110,34 +108,23 @@ class KeyPair:
 
 
 def keygen(name: str, directory: str | os.PathLike[str] = ".") -> tuple[Path, Path]:
-    """Write ``NAME.key`` and ``NAME.key_secret`` into ``directory`` (created if missing).
+    """Write ``NAME.key`` and ``NAME.key_secret`` into ``directory``; returns (public, secret) paths.
 
-    The files are pyzmq :mod:`zmq.auth` certificates
-    (``zmq.auth.load_certificate`` reads them); the secret one is mode 0600
-    and is never readable by others, not even while it is written. Refuses
-    (SecurityError) to overwrite an existing key. Returns (public, secret) paths.
+    The files are pyzmq :mod:`zmq.auth` certificates (``zmq.auth.load_certificate``
+    reads them). Each is created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and its
+    final mode, 0600 for the secret one and 0644 for the public one, so the secret
+    key is never readable by others, not even while it is written, and an existing
+    file (or link) is never overwritten. A missing ``directory`` is created, mode
+    0700. Refuses (SecurityError), writing nothing, a directory another user could
+    change: one owned by someone other than this user or root, or writable by group
+    or others without the sticky bit (as ``/tmp`` has); its parents are not
+    checked. If writing fails, nothing it created is left.
     """
     require_curve()
     if not name or name in (".", "..") or any(c in name for c in "/\\\0") or not name.isprintable():
         raise SecurityError(f"bad key name {name!r}: use letters, digits, '-', '_' or '.'")
-    where = Path(directory)
-    where.mkdir(parents=True, exist_ok=True)
-    public, secret = where / f"{name}.key", where / f"{name}.key_secret"
-    for path in (public, secret):
-        if path.exists():
-            raise SecurityError(f"{path} already exists: delete it first, or choose another name")
-    # Written in a private (0700) directory beside the target, then moved in:
-    # the secret is never visible with looser permissions.
-    staging = Path(tempfile.mkdtemp(prefix=".zmesh-keygen-", dir=where))
-    try:
-        made_public, made_secret = zmq.auth.create_certificates(staging, name)
-        os.chmod(made_secret, stat.S_IRUSR | stat.S_IWUSR)
-        os.chmod(made_public, 0o644)
-        os.replace(made_secret, secret)
-        os.replace(made_public, public)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return public, secret
+    public, secret = zmq.curve_keypair()
+    return write_key_pair(Path(directory), name, public.decode("ascii"), secret.decode("ascii"))
 
 
 def load_key(path: str | os.PathLike[str]) -> KeyPair:

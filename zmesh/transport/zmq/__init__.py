@@ -25,6 +25,9 @@ every DEALER is a CURVE client of the peer's key, which its endpoint carries
 frame is known to come from the key that SUB authenticated; direct frames
 carry their connection's key as ZMQ User-Id. The host gets that key with
 every frame.
+
+Connections that have not finished their handshake are bounded
+(:mod:`._accepted`): a stranger cannot hold this process's descriptors.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from ...errors import TransportError, ZmeshError
 from ...security import Security
 from ..base import Transport, TransportCapabilities, TransportHost, endpoint_address
 from . import _sockets as zs
+from ._accepted import HANDSHAKE_IVL, HandshakeGuard
 from ._addresses import bind_all, check_endpoint, choose, resolve_scope
 from ._curve import Subscribers, ZapDomain, curve_server, zap_register, zap_unregister
 from ._link import KeyedSubscription, LinkPlumbing, ZmqLink, link_tag
@@ -128,6 +132,8 @@ class ZmqTransport(Receiving, Transport):
         self._senders = Senders(self._routable)
         self._subscribers = Subscribers()
         self._domain: ZapDomain | None = None
+        self._router_guard: HandshakeGuard | None = None
+        self._xpub_guard: HandshakeGuard | None = None
         self._rescheduled: set[Callable[[], None]] = set()  # drains asked for again, pending
         self._closed = False
 
@@ -153,18 +159,21 @@ class ZmqTransport(Receiving, Transport):
                 self._router.setsockopt(zmq.MAXMSGSIZE, self.max_frame)
                 self._router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # see _senders.py
                 self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)  # _routable's probe
+                self._router.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_IVL * 1000))  # libzmq's default: 30 s
                 self._xpub = zs.open_socket(self._ctx, zmq.XPUB)
                 self._xpub.setsockopt(zmq.LINGER, 0)
                 self._xpub.setsockopt(zmq.SNDHWM, self.hwm)
                 self._xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
+                self._xpub.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_IVL * 1000))
+                self._router_guard = HandshakeGuard(self._ctx, self._router, self._drop)
+                self._xpub_guard = HandshakeGuard(self._ctx, self._xpub, self._drop)
                 if pair is not None and self._domain is not None:
                     curve_server(self._router, pair, self._domain)
                     curve_server(self._xpub, pair, self._domain)
                 suffix = f"#{pair.public}" if pair is not None else ""
-                port = self._bind_all(self._router, self.port)
-                self.router_endpoint = f"tcp://{self.addresses[0]}:{port}{suffix}"
-                port = self._bind_all(self._xpub, self.pub_port)
-                self.pub_endpoint = f"tcp://{self.addresses[0]}:{port}{suffix}"
+                ports = [self._bind_all(self._router, self.port), self._bind_all(self._xpub, self.pub_port)]
+                self.router_endpoint = f"tcp://{self.addresses[0]}:{ports[0]}{suffix}"
+                self.pub_endpoint = f"tcp://{self.addresses[0]}:{ports[1]}{suffix}"
                 if pair is None:
                     self._sub = zs.open_socket(self._ctx, zmq.SUB)
                     self._sub.setsockopt(zmq.LINGER, 0)
@@ -180,7 +189,7 @@ class ZmqTransport(Receiving, Transport):
             zs.release_context()
             raise
         drains: list[tuple[zmq.Socket[Any], Callable[[], None]]] = [
-            (self._router, self._drain_keyed_router if pair is not None else self._drain_router),
+            (self._router, self._drain_router),
             (self._xpub, self._drain_xpub),
         ]
         if self._sub is not None:
@@ -189,6 +198,9 @@ class ZmqTransport(Receiving, Transport):
             add_reader(zs.fd_of(sock), drain)
             loop.call_soon(drain)
         assert self._remove_reader is not None
+        for guard, port in zip((self._router_guard, self._xpub_guard), ports):
+            assert guard is not None
+            guard.listening(port, loop, add_reader, self._remove_reader)
         self._plumbing = LinkPlumbing(
             self._ctx, loop, host, key, self._counters, self._links, add_reader, self._remove_reader,
             self._drop, self._drain, lambda: self._closed,
@@ -322,6 +334,10 @@ class ZmqTransport(Receiving, Transport):
     # -- teardown --------------------------------------------------------
 
     def _close_sockets(self) -> None:
+        for guard in (self._router_guard, self._xpub_guard):
+            if guard is not None:
+                guard.close()
+        self._router_guard = self._xpub_guard = None
         for link in list(self._links):
             link.close()
         for keyed in list(self._keyed_subs.values()):

@@ -27,7 +27,6 @@ the subscriber's reconnection is refused by ZAP.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 from typing import Any
 
@@ -37,6 +36,7 @@ import zmq.utils.z85
 from ...errors import TransportError
 from ...security import KeyPair, TrustedKeys, require_curve
 from . import _sockets as zs
+from ._accepted import connection_ends, shutdown_connection
 
 __all__ = ["ZapDomain", "zap_register", "zap_unregister", "curve_server", "curve_client", "Subscribers"]
 
@@ -196,7 +196,7 @@ class Subscribers:
         known = self._by_fd.get(fd)
         if known is not None and known[0] == public_key:
             return
-        ends = _ends(fd)
+        ends = connection_ends(fd)
         if ends is None:
             return
         if len(self._by_fd) >= _MAX_SUBSCRIBERS:
@@ -210,35 +210,7 @@ class Subscribers:
             if key != public_key:
                 continue
             del self._by_fd[fd]
-            if _shutdown(fd, ours, theirs):
+            if shutdown_connection(fd, ours, theirs):
                 cut += 1
         return cut
 
-
-def _ends(fd: int) -> tuple[Any, Any] | None:
-    try:
-        sock = socket.socket(fileno=fd)
-    except OSError:
-        return None
-    try:
-        return sock.getsockname(), sock.getpeername()
-    except OSError:
-        return None
-    finally:
-        sock.detach()  # libzmq owns the descriptor
-
-
-def _shutdown(fd: int, ours: Any, theirs: Any) -> bool:
-    try:
-        sock = socket.socket(fileno=fd)
-    except OSError:
-        return False
-    try:
-        if (sock.getsockname(), sock.getpeername()) != (ours, theirs):
-            return False  # closed, and the number reused by another connection
-        sock.shutdown(socket.SHUT_RDWR)
-        return True
-    except OSError:
-        return False
-    finally:
-        sock.detach()

@@ -6,6 +6,7 @@ and deciding who sent each frame. :class:`Receiving` is a base class of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any, Callable
 
@@ -14,6 +15,7 @@ import zmq
 from ...security import Security
 from ..base import TransportHost
 from . import _sockets as zs
+from ._accepted import HandshakeGuard
 from ._curve import Subscribers
 from ._senders import Sender, Senders, hex_id
 
@@ -40,6 +42,8 @@ class Receiving:
     _sub: zmq.Socket[Any] | None
     _senders: Senders
     _subscribers: Subscribers
+    _router_guard: HandshakeGuard | None
+    _xpub_guard: HandshakeGuard | None
     _counters: dict[str, int]
     _closed: bool
     _rescheduled: set[Callable[[], None]]  # drains asked for again, pending
@@ -68,36 +72,24 @@ class Receiving:
             self._drop("identity_taken", text if text.isprintable() else hex_id(routing_id))
         return sender
 
-    def _drain_router(self) -> None:
-        self._drain(self._router, self._router_parts, self._drain_router)
-
     def read_direct_now(self) -> None:
         """Hand the host what the ROUTER holds now, before news of a broken
         connection: a peer that closes says BYE on its DEALER and then closes
         its ROUTER, and under load our link's DISCONNECTED can come first,
         making a goodbye look like a lost connection."""
-        if self.security.key is not None:  # as start() chose the ROUTER's drain
-            self._drain_keyed_router()
-        else:
-            self._drain_router()
+        self._drain_router()
 
     def _drain_sub(self) -> None:
         self._drain(self._sub, self._sub_parts, self._drain_sub)
 
-    def _router_parts(self, parts: list[bytes]) -> None:
-        if len(parts) != 2:
-            self._drop("malformed", "router: wrong number of frames")
-            return
-        sender = self._senders.by_id.get(parts[0]) or self._bind(parts[0])
-        if sender is not None:
-            self._host.on_direct_frame(sender[0], parts[1])  # type: ignore[union-attr]
-
-    def _drain_keyed_router(self) -> None:
-        """As :meth:`_drain` for the keyed ROUTER: a routing id's first frame is
-        read as a zmq.Frame for its User-Id (the public key its connection
-        authenticated with), which the binding then keeps (see _senders.py)."""
+    def _drain_router(self) -> None:
+        """As :meth:`_drain`, for the ROUTER: a routing id's first frame is read
+        as a zmq.Frame, for the descriptor of its connection (which has finished
+        its handshake: :mod:`._accepted` stops counting it) and, keyed, its
+        User-Id (the public key the connection authenticated with), which the
+        binding then keeps (see _senders.py)."""
         sock, host, trusted = self._router, self._host, self.security.trusted
-        if sock is None or host is None or trusted is None or sock.closed:
+        if sock is None or host is None or sock.closed:
             return
         recv, opt, by_id = sock.recv, sock.getsockopt, self._senders.by_id
         until = _monotonic() + _DRAIN_SECONDS
@@ -113,10 +105,7 @@ class Receiving:
                 if sender is None:
                     frame = recv(_NOBLOCK, copy=False)
                     body: bytes = frame.bytes
-                    try:
-                        sender = self._bind(routing_id, str(frame.get("User-Id")))
-                    except zmq.ZMQError:  # not through our ZAP handler: cannot happen on a CURVE server
-                        sender = None
+                    sender = self._first_frame(routing_id, frame, trusted is not None)
                 else:
                     body = recv(_NOBLOCK)
                 if opt(_RCVMORE):
@@ -124,21 +113,35 @@ class Receiving:
                         recv(_NOBLOCK)
                     self._drop("malformed", "router: wrong number of frames")
                 elif sender is not None:
-                    if sender[1] in trusted.keys:
+                    if trusted is None:
+                        host.on_direct_frame(sender[0], body)
+                    elif sender[1] in trusted.keys:
                         host.on_direct_frame(sender[0], body, sender[1])
                     else:
                         self._drop("untrusted_key", str(sender[1]))  # admitted, then distrusted
                 if _monotonic() > until:
-                    self._reschedule(self._drain_keyed_router)
+                    self._reschedule(self._drain_router)
                     break
             else:
-                self._reschedule(self._drain_keyed_router)
+                self._reschedule(self._drain_router)
         except zmq.Again:
             pass
         except zmq.ZMQError as exc:
             self._drop("recv_failed", exc.strerror)
         finally:
             host.on_drained()
+
+    def _first_frame(self, routing_id: bytes, frame: zmq.Frame, keyed: bool) -> Sender | None:
+        """The sender of a routing id's first frame (None: dropped)."""
+        if self._router_guard is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._router_guard.handshaken(int(frame.get(_SRCFD)))
+        if not keyed:
+            return self._bind(routing_id)
+        try:
+            return self._bind(routing_id, str(frame.get("User-Id")))
+        except zmq.ZMQError:  # not through our ZAP handler: cannot happen on a CURVE server
+            return None
 
     def _sub_parts(self, parts: list[bytes]) -> None:
         if len(parts) != 2 or parts[0] != b"M":
@@ -195,6 +198,9 @@ class Receiving:
             except zmq.ZMQError as exc:
                 self._drop("recv_failed", exc.strerror)
                 return
+            if self._xpub_guard is not None:  # a subscription: the handshake is over (see _accepted.py)
+                with contextlib.suppress(zmq.ZMQError):
+                    self._xpub_guard.handshaken(int(frame.get(_SRCFD)))
             data: bytes = frame.bytes
             public_key = None
             if keyed and data[:1] == b"\x01":

@@ -2,12 +2,14 @@
 
 Every node in a process shares one context (one set of I/O threads); it is
 created with the first node and destroyed with the last. Sockets are
-counted, so tests can assert that none leaked.
+counted, so tests can assert that none leaked. Creating the context also
+raises the process's soft limit on open files (:func:`raise_fd_limit`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from typing import Any, Iterator
@@ -17,10 +19,12 @@ import zmq
 from ...errors import TransportError
 
 __all__ = [
-    "EVENTS", "NOBLOCK", "POLLIN", "RCVMORE", "SNDMORE", "BYE_LINGER_MS",
+    "EVENTS", "NOBLOCK", "POLLIN", "RCVMORE", "SNDMORE", "BYE_LINGER_MS", "FD_LIMIT_CAP",
     "acquire_context", "release_context", "open_socket", "close_socket", "fd_of", "map_zmq_errors",
-    "open_sockets", "next_id", "lock",
+    "open_sockets", "next_id", "lock", "raise_fd_limit",
 ]
+
+log = logging.getLogger("zmesh")
 
 # Plain ints: pyzmq's flag enums cost microseconds per operation on the hot path.
 NOBLOCK = int(zmq.NOBLOCK)
@@ -30,6 +34,11 @@ EVENTS = int(zmq.EVENTS)
 RCVMORE = int(zmq.RCVMORE)
 
 BYE_LINGER_MS = 200
+# Far beyond what a node needs, and not the millions some hard limits allow:
+# children inherit the soft limit, and code that walks every possible
+# descriptor (closing them before exec on some systems) gets slow with it.
+FD_LIMIT_CAP = 65536
+_OPEN_MAX = 10240  # macOS refuses a soft limit above OPEN_MAX, whatever the hard one
 
 lock = threading.Lock()
 _context: zmq.Context[Any] | None = None
@@ -74,10 +83,42 @@ def map_zmq_errors(what: str) -> Iterator[None]:
         raise TransportError(f"{what}: {exc.strerror} (errno {exc.errno})") from None
 
 
+def raise_fd_limit() -> int | None:
+    """Raise the soft ``RLIMIT_NOFILE`` toward the hard limit, to at most
+    :data:`FD_LIMIT_CAP`; never lower it, never fail. The soft limit now (None: no
+    such limit here). Every connection costs a descriptor before it can be told from
+    a stranger's, and 1,024 is a common default (docs/security.md)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return None
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError) as exc:
+        log.debug("zmesh: cannot read the limit on open files: %s", exc)
+        return None
+    infinite = resource.RLIM_INFINITY
+    target = FD_LIMIT_CAP if hard == infinite else min(hard, FD_LIMIT_CAP)
+    if soft != infinite and soft < target:
+        for want in dict.fromkeys((target, min(target, _OPEN_MAX))):
+            if want <= soft:
+                break
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            except (OSError, ValueError) as exc:
+                log.debug("zmesh: cannot raise the soft limit on open files from %d to %d: %s", soft, want, exc)
+                continue
+            log.debug("zmesh: raised the soft limit on open files from %d to %d (hard limit %s)",
+                      soft, want, "unlimited" if hard == infinite else hard)
+            return want
+    return soft
+
+
 def acquire_context() -> zmq.Context[Any]:
     global _context, _context_users
     with lock:
         if _context is None or _context.closed:
+            raise_fd_limit()
             _context = zmq.Context()
         _context_users += 1
         return _context
