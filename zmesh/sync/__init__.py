@@ -39,6 +39,7 @@ from ..agent import Agent as _AsyncAgent
 from ..clock import Clock
 from ..errors import NodeClosed
 from ..liveness import LivenessConfig
+from ..quotas import Quotas
 from ..observer import Observer
 from ..registry import Registry
 from ..security import TrustSpec
@@ -115,6 +116,7 @@ class Node:
         insecure: bool = False,
         policy: Mapping[str, Mapping[str, Any]] | None = None,
         block_warning: float | None = DEFAULT_BLOCK_WARNING,
+        quotas: Quotas | None = None,
         handler_threads: int | None = None,
     ) -> None:
         def create() -> _node.Node:
@@ -123,7 +125,7 @@ class Node:
                 clock=clock, max_payload=max_payload, dead_letter_capacity=dead_letter_capacity,
                 liveness=liveness, settle_timeout=settle_timeout, workers=workers, store=store, port=port,
                 pub_port=pub_port, encoder=encoder, decoder=decoder, tracing=tracing, key=key, trusted=trusted,
-                insecure=insecure, policy=policy, block_warning=block_warning,
+                insecure=insecure, policy=policy, block_warning=block_warning, quotas=quotas,
             )
 
         if handler_threads is not None and (handler_threads.__class__ is not int or handler_threads < 1):
