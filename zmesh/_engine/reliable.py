@@ -16,12 +16,11 @@ past its ttl: that node either handles it or finds it expired when it takes
 it, and acknowledges either way (dead-lettering it there), so ``expired``
 here always means it was never taken.
 
-Receiver side: every ``qos >= 1`` message id is remembered in a bounded
-window (:data:`DEDUP_WINDOW` ids, oldest forgotten first), so a handler sees
-each message once while its node lives. A repeat of a message being handled
-is dropped; a repeat of one already handled is acknowledged again, or, for
-a request, answered again with the remembered reply (while the replies kept
-stay under :data:`REPLY_CACHE_BYTES`). A message dropped before its
+Receiver side: every ``qos >= 1`` message id is remembered in its sending
+agent's bounded window (:mod:`.dedup`), so a handler sees each message once
+while its node lives. A repeat of a message being handled is dropped; a
+repeat of one already handled is acknowledged again, or, for a request,
+answered again with the remembered reply. A message dropped before its
 handler ran (full inbox, agent gone) is forgotten, so its retransmission is
 taken.
 
@@ -36,31 +35,27 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._wire import codec
 from .._wire.names import MAX_AGENT_ID as MAX_ID
 from ..errors import FrameError
 from ..message import Message
 from .config import LOCAL
+from .dedup import DONE, RUNNING, Dedup
 from .effects import ACKED, DEAD
 
 if TYPE_CHECKING:
     from ..store import Store
     from .core import Engine
 
-__all__ = ["Reliable", "RETRY_FIRST", "RETRY_MAX", "DEDUP_WINDOW", "REPLY_CACHE_BYTES"]
+__all__ = ["Reliable", "RETRY_FIRST", "RETRY_MAX"]
 
 RETRY_FIRST = 1.0  # after a DECLINED: the first retry, doubling ...
 RETRY_MAX = 30.0  # ... up to this
 RETRY_HELD = 30.0  # while the node it went to stays: a slow fallback only
 UNROUTED_RETRY = 1.0  # no node hosts the target: look again this often (and when one joins)
-DEDUP_WINDOW = 100_000
 ACK_CHUNK = 4096  # ids per HANDLED/DECLINED item (about 128 KiB)
-REPLY_CACHE_BYTES = 32 << 20
-
-_RUNNING: Any = object()  # a seen id whose handler has not finished
-_DONE = b""  # a seen id that was handled (no reply kept)
 
 
 class _Out:
@@ -89,8 +84,7 @@ class Reliable:
         self.out: dict[str, _Out] = {}
         self._heap: list[tuple[float, int, _Out]] = []
         self._seq = 0
-        self.seen: dict[str, Any] = {}
-        self._reply_bytes = 0
+        self.seen = Dedup()
         self.acks: dict[str, list[str]] = {}  # node id -> ids handled, sent at the next flush
         self.declines: dict[str, list[str]] = {}  # node id -> ids not taken, sent at the next flush
 
@@ -245,7 +239,8 @@ class Reliable:
         if store is None:
             return
         for key in store.load_seen():
-            self.seen[key] = _DONE
+            sender, _, msg_id = key.partition("\x00")
+            self.seen.restore(sender, msg_id)
         for msg_id, item in store.load_outbox():
             try:
                 msg = codec.message_from_item(codec.decode_item(item))
@@ -265,17 +260,12 @@ class Reliable:
         makes (the window of ids is bounded in count, so ids must be short)."""
         if len(msg.id) > MAX_ID:
             raise FrameError("malformed", f"message id longer than {MAX_ID} characters")
-        seen = self.seen
-        key = _seen_key(msg)
-        state = seen.get(key)
+        state = self.seen.add(msg.sender, msg.id)
         if state is None:
-            seen[key] = _RUNNING
-            if len(seen) > DEDUP_WINDOW:
-                self._evict()
             return True
         e = self.e
         e.stats["duplicates"] += 1
-        if state is not _RUNNING:
+        if state is not RUNNING:
             if state:
                 e.enqueue(origin, state)  # the remembered reply
             elif not msg.correlation_id:
@@ -285,33 +275,21 @@ class Reliable:
     def forget(self, origin: str, msg: Message) -> None:
         """The message was dropped before its handler ran: tell its sender to
         send it again (DECLINED), and take that retransmission."""
-        key = _seen_key(msg)
-        if self.seen.get(key) is _RUNNING:
-            del self.seen[key]
+        self.seen.forget(msg.sender, msg.id)
         msg_id = msg.id
         if origin == LOCAL:
             self.declined(LOCAL, [msg_id])
         else:
             _note(self.declines, origin, msg_id)
 
-    def done(self, origin: str, msg: Message, reply: bytes = _DONE) -> None:
+    def done(self, origin: str, msg: Message, reply: bytes = DONE) -> None:
         """The handler of ``msg`` (qos >= 1) finished; ``reply``: the encoded reply of a request."""
-        seen = self.seen
-        key = _seen_key(msg)
-        if key in seen:
-            old = seen[key]
-            if old is not _RUNNING:
-                self._reply_bytes -= len(old)
-        seen[key] = reply
-        if reply:
-            self._reply_bytes += len(reply)
-        if self._reply_bytes > REPLY_CACHE_BYTES or len(seen) > DEDUP_WINDOW:
-            self._evict()
+        self.seen.finish(msg.sender, msg.id, reply)
         if msg.qos >= 2 and self.store is not None:
             # Written now, not at the next flush: a crash between the handler's
             # return and this commit is the one window in which a restarted
             # node would run the handler again.
-            self.store.put_seen(key)
+            self.store.put_seen(f"{msg.sender}\x00{msg.id}")
             self.e.commit_store(self.store)
         if not reply:
             self._ack(origin, msg.id)
@@ -331,33 +309,6 @@ class Reliable:
                     for i in range(0, len(ids), ACK_CHUNK):
                         self.e.enqueue(node, codec.encode_control(kind(tuple(ids[i:i + ACK_CHUNK]))))
             pending.clear()
-
-    def _evict(self) -> None:
-        """Forget the oldest handled ids until the window and the reply cache
-        are back under 90 % (ids whose handler still runs are kept)."""
-        seen = self.seen
-        count, size = len(seen), self._reply_bytes
-        victims = []
-        for msg_id, state in seen.items():
-            if count <= DEDUP_WINDOW * 0.9 and size <= REPLY_CACHE_BYTES * 0.9:
-                break
-            if state is _RUNNING:
-                continue
-            victims.append(msg_id)
-            count -= 1
-            size -= len(state)
-        for msg_id in victims:
-            del seen[msg_id]
-        self._reply_bytes = size
-
-
-def _seen_key(msg: Message) -> str:
-    """What the duplicate window remembers a message by: its sending agent
-    and its id. Ids are not secret, but the sender is checked (a node sends
-    only as its own agents; with keys, agent ids belong to keys), so a node
-    that guesses another agent's next id cannot make that message look like
-    a repeat of its own."""
-    return f"{msg.sender}\x00{msg.id}"
 
 
 def _note(pending: dict[str, list[str]], node: str, msg_id: str) -> None:

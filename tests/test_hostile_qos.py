@@ -1,0 +1,123 @@
+"""A trusted member turned hostile against QoS 1 and 2 (issue 20, items 5
+and 6): floods that would evict other senders' ids, a receiver that takes
+messages and never acknowledges them, a qos 2 flood that fills the store.
+Each attack is made with a key the victim trusts, by a raw pyzmq process
+speaking CurveZMQ (``tests/_hostile_peer.py`` with ``curve``).
+
+Each test measures the victim's request round trip before the attack and
+during it, in the same test, and checks that nothing failed and that the
+one during stays within :func:`within` of the one before. The victim runs
+in this process, so its constants are patched down to keep floods small;
+the qos 2 flood is made at its real size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import zmesh
+from tests.helpers import Mesh, wait_for
+from tests.hostile import Attacker, rtt
+from zmesh._engine import dedup
+from zmesh.security import keygen, load_key
+
+pytestmark = [pytest.mark.timeout(90)]
+
+FAST = zmesh.LivenessConfig(heartbeat=0.2, evasive_after=2.0, expire_after=4.0)
+#: Below this a round trip is noise on a loaded 2-core machine, not an effect of the attack.
+FLOOR = 0.010
+
+
+def within(before: float, during: float) -> None:
+    """The victim's round trip during an attack is at most 3× the one before it."""
+    limit = max(3 * before, FLOOR)
+    assert during <= limit, f"round trip {during * 1e3:.2f} ms during, {before * 1e3:.2f} ms before"
+
+
+class Keys:
+    """A trusted directory: ``alice`` (the victim), ``bob``, and ``attacker``'s key."""
+
+    def __init__(self, root: Path) -> None:
+        self.trusted = root / "trusted"
+        self.secret = {name: keygen(name, self.trusted)[1] for name in ("alice", "bob", "attacker")}
+        pair = load_key(self.secret["attacker"])
+        self.attacker = {"public": pair.public, "secret": pair.secret}
+
+
+class Jobs:
+    """The victim's ``jobs.>`` handler (inline): how often each message id was handled."""
+
+    def __init__(self) -> None:
+        self.handled: dict[str, int] = {}
+
+    def __call__(self, msg: zmesh.Message) -> str:
+        self.handled[msg.id] = self.handled.get(msg.id, 0) + 1
+        return "job done"
+
+    @property
+    def total(self) -> int:
+        return sum(self.handled.values())
+
+
+def _hosting(node: zmesh.Node, agent_id: str, jobs: Jobs | None = None) -> zmesh.Agent:
+    agent = node.agent(agent_id)
+    agent.add_handler("whoami", lambda msg: agent_id, inline=True)
+    agent.add_handler("jobs.>", jobs or Jobs(), inline=True)
+    return agent
+
+
+async def _pair(m: Mesh, keys: Keys, jobs: Jobs | None = None,
+                **options: Any) -> tuple[zmesh.Node, zmesh.Node, zmesh.Agent, zmesh.Agent]:
+    """alice (the victim, with ``options``) and bob; alice's agent ``a`` asks ``bob``."""
+    alice = await m.node(name="alice", key=keys.secret["alice"], **options)
+    bob = await m.node(name="bob", key=keys.secret["bob"])
+    a = _hosting(alice, "a", jobs)
+    b = _hosting(bob, "bob")
+    await m.converged(10)
+    return alice, bob, a, b
+
+
+def _settings(node: zmesh.Node, keys: Keys, **more: Any) -> dict[str, Any]:
+    return {"router": node.endpoint, "pub": node.pub_endpoint, "mesh": node.mesh, "curve": keys.attacker, **more}
+
+
+async def _during(a: zmesh.Agent, attack: asyncio.Future[Any]) -> float:
+    """The median of ``a``'s round trips to bob while ``attack`` runs (at least one measure)."""
+    times = [await rtt(a, "bob", 5)]
+    while not attack.done():
+        times.append(await rtt(a, "bob", 5))
+    await attack
+    return statistics.median(times)
+
+
+# -- 5: one window of ids per sender ---------------------------------------------------
+
+
+async def test_a_flood_of_qos1_ids_does_not_evict_another_senders_ids(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dedup, "DEDUP_WINDOW", 1000)  # the flood is 3 windows, not 200,000 ids
+    keys = Keys(tmp_path)
+    jobs = Jobs()
+    async with Mesh("zmq", liveness=FAST, trusted=keys.trusted) as m:
+        alice, bob, a, b = await _pair(m, keys, jobs)
+        legit = await b.send("a", "jobs.legit", 1, qos=1)
+        assert await bob.wait_acked(timeout=10) and jobs.handled[legit.id] == 1
+        before = await rtt(a, "bob")
+        async with Attacker(**_settings(alice, keys, name="other", agents=["att-1"])) as bad:
+            await alice.wait_until(lambda: "other" in alice.peers, 10, "the attacker to join")
+            bad.send(cmd="messages", target="a", topic="jobs.flood", qos=1, count=3000)
+            during = await _during(a, asyncio.ensure_future(bad.expect("sent", cmd="messages", timeout=60)))
+            await wait_for(lambda: jobs.total >= 3001, 30, "the flood to be handled")
+        within(before, during)
+        duplicates = alice.stats()["duplicates"]
+        bob._mesh.engine.send(legit, None, bob.clock.monotonic())  # the legitimate message, sent again
+        bob._mesh.pump()
+        await wait_for(lambda: alice.stats()["duplicates"] == duplicates + 1, 10, "the repeat to be recognised")
+        assert await bob.wait_acked(timeout=10)  # acknowledged again,
+        assert jobs.handled[legit.id] == 1  # not handled again
+        assert len(alice._mesh.engine.reliable.seen) <= 1000 + 1

@@ -1,0 +1,113 @@
+"""What QoS 1 and 2 keep is bounded, per sender (issue 20, items 5 and 6), at
+the engine's level (no sockets, no asyncio): duplicate windows per sending
+agent. The attacks themselves are tests/test_hostile_qos.py's.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engine_pair import Net, make_engine
+from zmesh._engine import dedup
+from zmesh._engine import effects as fx
+from zmesh._engine.dedup import DONE, RUNNING, Dedup
+from zmesh.message import Message
+
+
+@pytest.fixture
+def small(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dedup, "DEDUP_WINDOW", 100)
+    monkeypatch.setattr(dedup, "DEDUP_TOTAL", 1000)
+    monkeypatch.setattr(dedup, "REPLY_CACHE_BYTES", 10_000)
+
+
+def _handled(d: Dedup, sender: str, ids: range | list[str], reply: bytes = DONE) -> None:
+    for i in ids:
+        assert d.add(sender, str(i)) is None
+        d.finish(sender, str(i), reply)
+
+
+# -- the windows, alone --------------------------------------------------------------
+
+
+def test_one_senders_flood_forgets_only_its_own_oldest_ids(small: None) -> None:
+    d = Dedup()
+    _handled(d, "good", ["g1"])
+    _handled(d, "bad", range(10_000))
+    assert d.add("good", "g1") is DONE  # a repeat, still recognised
+    assert len(d.windows["bad"]) <= 100 and d.add("bad", "9999") is DONE and d.add("bad", "0") is None
+
+
+def test_many_senders_share_a_bounded_total_and_the_biggest_shrink_first(small: None) -> None:
+    d = Dedup()
+    _handled(d, "good", range(20))
+    for s in range(20):  # 20 senders of 100 ids: twice the total
+        _handled(d, f"bad-{s}", range(100))
+    assert d.count <= 1000 and len(d) <= 1000
+    assert all(d.add("good", str(i)) is DONE for i in range(20))  # below the level: nothing lost
+    assert max(len(w) for s, w in d.windows.items() if s != "good") < 100
+
+
+def test_a_sender_per_id_costs_its_window_too(small: None) -> None:
+    d = Dedup()
+    for s in range(5000):  # one id from each of 5,000 senders
+        _handled(d, f"s{s}", ["x"])
+    assert d.count <= 1000 and len(d.windows) <= 1000 // dedup.WINDOW_COST
+
+
+def test_ids_whose_handler_runs_are_never_forgotten(small: None) -> None:
+    d = Dedup()
+    assert d.add("slow", "running") is None
+    _handled(d, "slow", range(1000))
+    assert d.add("slow", "running") is RUNNING
+    d.forget("slow", "running")  # dropped before its handler ran: its repeat is taken
+    assert d.add("slow", "running") is None
+
+
+def test_replies_are_bounded_and_the_biggest_replier_loses_first(small: None) -> None:
+    d = Dedup()
+    _handled(d, "good", ["q"], b"r" * 100)
+    _handled(d, "bad", range(50), b"R" * 1000)  # 50 kB of replies: five times the cache
+    assert d.reply_bytes <= 10_000 and d.add("good", "q") == b"r" * 100
+    d.forget("good", "q")  # a repeat: nothing changes
+    assert d.replies["good"] == 100 and sum(d.replies.values()) == d.reply_bytes
+
+
+# -- in the engine ---------------------------------------------------------------------
+
+
+def test_engine_a_flood_from_one_node_leaves_another_nodes_repeat_recognised(small: None) -> None:
+    net = Net(make_engine("a", agents=("a1",)), make_engine("b", agents=("b1",)), make_engine("c", agents=("c1",)))
+    net.connect("b", "a")
+    net.connect("c", "a")
+    net.deliver_all()
+    a, b, c = (net.engines[n] for n in "abc")
+
+    def handle_delivered() -> None:
+        for seen in net.effects("a", fx.DELIVER):
+            msg = seen.effect[2]
+            if msg.id not in handled:
+                handled.append(msg.id)
+                a.handled(seen.effect[4], msg)
+        net.pump("a")
+        net.deliver_all()
+
+    handled: list[str] = []
+    legit = Message(sender="b1", target="a1", topic="work", payload=0, qos=1)
+    b.send(legit)
+    net.pump("b")
+    net.deliver_all()
+    handle_delivered()
+    assert b.reliable.unacked == 0
+    for i in range(500):
+        c.send(Message(sender="c1", target="a1", topic="work", payload=i, qos=1))
+        if i % 50 == 49:
+            net.pump("c")
+            net.deliver_all()
+            handle_delivered()
+    assert len(handled) == 501 and c.reliable.unacked == 0
+    b.send(legit)  # sent again, same id
+    net.pump("b")
+    net.deliver_all()
+    assert a.stats["duplicates"] == 1 and b.reliable.unacked == 0  # acknowledged, not delivered again
+    assert [s.effect[2].id for s in net.effects("a", fx.DELIVER)].count(legit.id) == 1
