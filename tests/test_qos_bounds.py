@@ -1,17 +1,27 @@
-"""What QoS 1 and 2 keep is bounded, per sender (issue 20, items 5 and 6), at
-the engine's level (no sockets, no asyncio): duplicate windows per sending
-agent. The attacks themselves are tests/test_hostile_qos.py's.
+"""What QoS 1 and 2 keep is bounded, per sender, and private (issue 20,
+items 5 and 6), at the engine's level (no sockets, no asyncio): duplicate
+windows per sending agent; the store's file modes. The attacks themselves
+are tests/test_hostile_qos.py's.
 """
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import stat
+from pathlib import Path
+from typing import Iterator
+
 import pytest
+
+import zmesh
 
 from tests.engine_pair import Net, make_engine
 from zmesh._engine import dedup
 from zmesh._engine import effects as fx
 from zmesh._engine.dedup import DONE, RUNNING, Dedup
 from zmesh.message import Message
+from zmesh.store import SqliteStore, StoreError
 
 
 @pytest.fixture
@@ -111,3 +121,63 @@ def test_engine_a_flood_from_one_node_leaves_another_nodes_repeat_recognised(sma
     net.deliver_all()
     assert a.stats["duplicates"] == 1 and b.reliable.unacked == 0  # acknowledged, not delivered again
     assert [s.effect[2].id for s in net.effects("a", fx.DELIVER)].count(legit.id) == 1
+
+
+# -- the store's files -----------------------------------------------------------------
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    old = os.umask(0o022)  # what most systems give a user: files readable by everyone
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _modes(directory: Path) -> dict[str, int]:
+    return {p.name: stat.S_IMODE(p.stat().st_mode) for p in directory.iterdir()}
+
+
+def test_the_store_and_its_wal_and_shm_are_private(tmp_path: Path, umask_022: None) -> None:
+    store = SqliteStore(tmp_path / "node.db")
+    try:
+        store.put_outbox("m1", b"a payload nobody else may read")
+        store.put_seen("sender\x00m0")
+        store.commit()
+        assert _modes(tmp_path) == {"node.db": 0o600, "node.db-wal": 0o600, "node.db-shm": 0o600}
+    finally:
+        store.close()
+
+
+def test_an_older_store_readable_by_others_is_made_private(tmp_path: Path, umask_022: None) -> None:
+    db = sqlite3.connect(tmp_path / "node.db")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE t (x)")
+    db.execute("INSERT INTO t VALUES (1)")
+    db.commit()  # the -wal and -shm stay while this connection is open
+    try:
+        assert set(_modes(tmp_path).values()) == {0o644}
+        SqliteStore(tmp_path / "node.db").close()
+        assert set(_modes(tmp_path).values()) == {0o600}
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770], ids=oct)
+def test_a_store_in_a_directory_others_can_write_is_refused(tmp_path: Path, mode: int) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    with pytest.raises(StoreError, match="directory .* is writable by other users"):
+        SqliteStore(shared / "node.db")
+    with pytest.raises(StoreError, match="chmod go-w"):
+        zmesh.Node("lab", transport="inproc", store=shared / "node.db")
+    assert not list(shared.iterdir())  # nothing was created there
+
+
+def test_a_store_that_is_a_symbolic_link_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere.db").touch()
+    (tmp_path / "node.db").symlink_to(tmp_path / "elsewhere.db")
+    with pytest.raises(StoreError, match="symbolic link"):
+        SqliteStore(tmp_path / "node.db")

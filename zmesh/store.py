@@ -16,6 +16,11 @@ acknowledgement only once the id it acknowledges is recorded). SQLite runs
 in WAL mode with ``synchronous=NORMAL``: it survives the process being
 killed; a power cut may lose the last commits.
 
+The file is private: created mode 0600 (its ``-wal`` and ``-shm`` take
+the database file's mode; an older store readable by others is made
+0600), in a directory that only its owner (or root) can write, else
+:class:`StoreError`: the outbox holds message payloads.
+
 One store belongs to one node at a time.
 """
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 from typing import Protocol, runtime_checkable
 
 from .errors import ZmeshError
@@ -69,6 +75,8 @@ class SqliteStore:
     def __init__(self, path: str | os.PathLike[str], *, seen_limit: int = 100_000) -> None:
         self.path = os.fspath(path)
         self.seen_limit = seen_limit
+        if os.name == "posix" and self.path not in ("", ":memory:"):
+            _make_private(self.path)
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -136,3 +144,47 @@ class SqliteStore:
         finally:
             self._closed = True
             self._db.close()
+
+
+def _make_private(path: str) -> None:
+    """Create ``path`` mode 0600 (or make it so) before SQLite opens it, in a
+    directory no other user can write: StoreError otherwise."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        st = os.stat(directory)
+    except OSError as exc:
+        raise StoreError(f"cannot open store {path!r}: {exc.strerror}: {directory!r}") from None
+    if st.st_uid not in (os.geteuid(), 0):
+        raise StoreError(f"refusing store {path!r}: its directory {directory!r} belongs to another user "
+                         f"(uid {st.st_uid}), who could read or replace its files; keep it in a directory of your own")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise StoreError(f"refusing store {path!r}: its directory {directory!r} is writable by other users "
+                         f"({stat.filemode(st.st_mode)}), who could read or replace its files; keep it in a "
+                         f"directory only you can write (chmod go-w {directory!r}, or another directory)")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StoreError(f"cannot open store {path!r}: {exc.strerror} (a symbolic link is refused)") from None
+    try:
+        if _too_open(path, os.fstat(fd)):
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm", "-journal"):  # left by an older zmesh, or by SQLite from the file's old mode
+        try:
+            st = os.lstat(path + suffix)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            raise StoreError(f"refusing store {path!r}: {path + suffix!r} is a symbolic link")
+        if _too_open(path + suffix, st):
+            os.chmod(path + suffix, 0o600)
+
+
+def _too_open(path: str, st: os.stat_result) -> bool:
+    """Is ``path`` (ours, a regular file, else StoreError) readable or writable by others?"""
+    if not stat.S_ISREG(st.st_mode):
+        raise StoreError(f"refusing store file {path!r}: not a regular file")
+    if st.st_uid != os.geteuid():
+        raise StoreError(f"refusing store file {path!r}: it belongs to another user (uid {st.st_uid})")
+    return bool(st.st_mode & 0o077)
