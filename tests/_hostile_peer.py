@@ -22,6 +22,9 @@ Settings (the JSON argument):
   victim trusts, or not): every socket it opens speaks CurveZMQ, its own
   ROUTER and XPUB as servers, its dialling sockets as clients of the key
   after the ``#`` of ``router``/``pub``.
+* ``credit``: report every message sent to its agents as taken (CREDIT
+  items, so flow control never holds the sender back), while never
+  acknowledging one (no HANDLED): a receiver that takes and keeps.
 
 Commands (stdin):
 
@@ -52,7 +55,7 @@ from typing import Any
 import msgpack
 import zmq
 
-MSG, HELLO, ACK, PING, PONG = 0, 1, 3, 4, 5
+MSG, HELLO, ACK, PING, PONG, CREDIT = 0, 1, 3, 4, 5, 8
 
 
 def say(**event: Any) -> None:
@@ -87,6 +90,7 @@ class Hostile:
         self.next_beat = 0.0
         self.ids = 0
         self.pending = b""
+        self.taken: dict[str, int] = {}  # agent -> messages received for it (with ``credit``)
 
     def socket(self, kind: int, server: bool = False, **options: Any) -> zmq.Socket[Any]:
         sock = self.ctx.socket(kind)
@@ -140,8 +144,12 @@ class Hostile:
                 frame = msgpack.unpackb(parts[-1], raw=False, strict_map_key=False)
             except Exception:
                 continue
+            before = dict(self.taken)
             for item in frame[1:]:
                 self.on_item(item)
+            if self.dealer is not None and self.taken != before:
+                credits = [[CREDIT, agent, n] for agent, n in self.taken.items() if before.get(agent) != n]
+                self.dealer.send(msgpack.packb([1, *credits]))
 
     def on_item(self, item: list[Any]) -> None:
         kind = item[0]
@@ -152,6 +160,8 @@ class Hostile:
             self.dealer.send(msgpack.packb([1, [PONG]]))
         elif kind == MSG and len(item) == 15:
             self.received.append(item[5])
+            if self.cfg.get("credit") and item[2] != 1:
+                self.taken[item[4]] = self.taken.get(item[4], 0) + 1
             if item[2] == 1:
                 self.results += 1
                 self.ok += item[13] == 0

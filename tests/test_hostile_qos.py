@@ -121,3 +121,59 @@ async def test_a_flood_of_qos1_ids_does_not_evict_another_senders_ids(
         assert await bob.wait_acked(timeout=10)  # acknowledged again,
         assert jobs.handled[legit.id] == 1  # not handled again
         assert len(alice._mesh.engine.reliable.seen) <= 1000 + 1
+
+
+# -- 6: a receiver that takes messages and never acknowledges them ---------------------
+
+
+def _private_dir(root: Path, name: str) -> Path:
+    path = root / name
+    path.mkdir(mode=0o700)
+    return path
+
+
+def _store_bytes(db: Path) -> int:
+    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
+
+
+async def test_a_receiver_that_never_acknowledges_holds_a_bounded_outbox_for_a_bounded_time(tmp_path: Path) -> None:
+    keys = Keys(tmp_path)
+    db = _private_dir(tmp_path, "alice") / "alice.db"
+    cap = zmesh.QosLimits().unacked_per_target  # the default, 8192: a realistic size
+    limits = zmesh.QosLimits(max_ttl=3.0)  # what nobody acknowledges is held this long after its taker went
+    async with Mesh("zmq", liveness=FAST, trusted=keys.trusted) as m:
+        alice, bob, a, b = await _pair(m, keys, store=db, qos_limits=limits)
+        empty = _store_bytes(db)
+        before = await rtt(a, "bob")
+        async with Attacker(**_settings(alice, keys, name="other", agents=["att-1"], credit=True)):
+            await alice.wait_for_agents("att-1", timeout=10)
+            with pytest.raises(zmesh.InvalidMessage, match="max_ttl"):
+                await a.send("att-1", "jobs.x", 1, qos=1, ttl=1e9)  # the ttl
+            sent = 0
+            with pytest.raises(zmesh.Backpressure) as refused:
+                for _ in range(2 * cap):  # it takes them all (credit) and acknowledges none
+                    await a.send("att-1", "jobs.x", "p" * 1000, qos=1)
+                    sent += 1
+            assert sent == cap and alice.stats()["unacked"] == cap
+            assert "'att-1'" in str(refused.value) and f"unacked_per_target={cap}" in str(refused.value)
+
+            async def keep_sending() -> int:  # what an application does: try again, get refused again
+                refusals = 0
+                for _ in range(200):
+                    with pytest.raises(zmesh.Backpressure):
+                        await a.send("att-1", "jobs.x", "p" * 1000, qos=1)
+                    refusals += 1
+                    await asyncio.sleep(0)
+                return refusals
+
+            during = await _during(a, asyncio.ensure_future(keep_sending()))
+            assert alice.stats()["unacked_refused"] == 201 and alice.stats()["unacked"] == cap
+            held = _store_bytes(db)
+        # The taker vanished: what it held expires (max_ttl, as no ttl was given) and leaves the store.
+        await wait_for(lambda: alice.stats()["unacked"] == 0, 20, "the held messages to expire")
+        assert alice.stats()["qos_expired"] == cap  # each dead-lettered "expired"
+        await wait_for(lambda: not alice.store.load_outbox(), 10, "the outbox to empty")  # type: ignore[union-attr]
+        after = await rtt(a, "bob")
+        print(f"\nnever acknowledged: rtt {before * 1e3:.2f} ms before, {during * 1e3:.2f} during, "
+              f"{after * 1e3:.2f} after; store {empty / 1e6:.1f} MB empty, {held / 1e6:.1f} MB holding {cap}")
+    within(before, during)

@@ -16,10 +16,12 @@ import pytest
 
 import zmesh
 
-from tests.engine_pair import Net, make_engine
+from tests.engine_pair import LIVENESS, WALL, Net, make_engine
+from zmesh._engine import Engine, EngineConfig
 from zmesh._engine import dedup
 from zmesh._engine import effects as fx
 from zmesh._engine.dedup import DONE, RUNNING, Dedup
+from zmesh.errors import Backpressure, InvalidMessage
 from zmesh.message import Message
 from zmesh.store import SqliteStore, StoreError
 
@@ -181,3 +183,93 @@ def test_a_store_that_is_a_symbolic_link_is_refused(tmp_path: Path) -> None:
     (tmp_path / "node.db").symlink_to(tmp_path / "elsewhere.db")
     with pytest.raises(StoreError, match="symbolic link"):
         SqliteStore(tmp_path / "node.db")
+
+
+# -- what a sender keeps ---------------------------------------------------------------
+
+
+def _engine(name: str, agents: tuple[str, ...], **limits: float) -> Engine:
+    engine = Engine(EngineConfig(mesh="lab", node_id=name, incarnation="0001", liveness=LIVENESS,
+                                 wall_clock=lambda: WALL, qos_limits=zmesh.QosLimits(**limits)))  # type: ignore[arg-type]
+    for agent in agents:
+        engine.set_agent(agent, ("work",), frozenset())
+    return engine
+
+
+def _net(**limits: float) -> Net:
+    """a (a1, a2) sends to b (b1, b2), whose handlers never return: nothing is acknowledged."""
+    net = Net(_engine("a", ("a1", "a2"), **limits), _engine("b", ("b1", "b2")))
+    net.connect("a", "b")
+    net.deliver_all()
+    return net
+
+
+def _send(net: Net, sender: str, target: str, n: int = 1, **fields: object) -> None:
+    a = net.engines["a"]
+    for _ in range(n):
+        a.send(Message(sender=sender, target=target, topic="work", payload="x" * 100, qos=1, timestamp=WALL,
+                       **fields))  # type: ignore[arg-type]
+    net.pump("a")
+    net.deliver_all()
+
+
+def test_engine_unacknowledged_messages_are_capped_per_target_and_per_sender() -> None:
+    net = _net(unacked_per_target=10, unacked_per_sender=15)
+    a = net.engines["a"]
+    _send(net, "a1", "b1", 10)
+    with pytest.raises(Backpressure, match=r"10 qos >= 1 messages .* to agent 'b1' .*unacked_per_target=10,"):
+        _send(net, "a1", "b1")
+    _send(net, "a1", "b2", 5)  # another target: its own count ...
+    with pytest.raises(Backpressure, match=r"from agent 'a1' .*unacked_per_sender=15,"):
+        _send(net, "a1", "b2")  # ... but the sender's is full
+    _send(net, "a2", "b2", 5)  # another sender
+    assert a.reliable.unacked == 20 and a.stats["unacked_refused"] == 2
+    b = net.engines["b"]
+    for seen in net.effects("b", fx.DELIVER)[:3]:  # b1's handler returns three times: room for three
+        b.handled(seen.effect[4], seen.effect[2])
+    net.pump("b")
+    net.deliver_all()
+    _send(net, "a2", "b1", 3)
+    with pytest.raises(Backpressure):
+        _send(net, "a2", "b1")
+    assert a.reliable.unacked == 20 and a.stats["unacked_refused"] == 3
+
+
+def test_engine_unacknowledged_bytes_are_capped_too() -> None:
+    net = _net(unacked_bytes_per_target=1000)
+    a = net.engines["a"]
+    _send(net, "a1", "b1", 6)  # 161 bytes each
+    with pytest.raises(Backpressure, match="unacked_bytes_per_target=1000"):
+        _send(net, "a1", "b1")
+    assert a.reliable.unacked == 6
+
+
+def test_engine_a_qos_ttl_is_bounded() -> None:
+    net = _net(max_ttl=60.0)
+    a = net.engines["a"]
+    with pytest.raises(InvalidMessage, match=r"ttl 61 s is longer than this node's QosLimits.max_ttl \(60 s\)"):
+        _send(net, "a1", "b1", ttl=61)
+    assert a.reliable.unacked == 0 and not net.effects("b", fx.DELIVER)  # nothing sent
+    _send(net, "a1", "b1", ttl=60)
+    _send(net, "a1", "b1")  # no ttl: retried for 60 s at most
+    net.close("b")  # its taker is gone for good
+    net.advance(net.now + 59)
+    assert a.reliable.unacked == 2
+    net.advance(net.now + 2)
+    assert a.reliable.unacked == 0 and a.stats["qos_expired"] == 2
+    assert [s.effect[2] for s in net.effects("a", fx.DEAD)] == ["expired", "expired"]
+
+
+def test_engine_a_received_ttl_past_the_bound_is_cut_to_it() -> None:
+    net = Net(_engine("a", ("a1",)), _engine("b", ("b1",), max_ttl=10.0))
+    net.connect("a", "b")
+    net.deliver_all()
+    _send(net, "a1", "b1", ttl=1000)  # a allows it; b keeps it for 10 s at most
+    assert [s.effect[2].ttl for s in net.effects("b", fx.DELIVER)] == [10.0]
+
+
+@pytest.mark.parametrize("bad", [{"max_ttl": 0}, {"max_ttl": float("inf")}, {"max_ttl": True},
+                                 {"unacked_per_target": 0}, {"unacked_bytes_per_sender": 1.5}])
+def test_qos_limits_must_be_positive(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        zmesh.QosLimits(**bad)  # type: ignore[arg-type]

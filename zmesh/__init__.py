@@ -85,6 +85,7 @@ from .errors import (
 from .liveness import LivenessConfig
 from .message import GatherReply, Message, new_id
 from .node import Node, current_trace_id, trace_context
+from .qos import QosLimits
 from .observer import Receipt
 from .registry import AgentInfo, MeshEvent, NodeRecord, Registry
 from .security import keygen
@@ -118,6 +119,7 @@ __all__ = [
     "NodeClosed",
     "NodeRecord",
     "PeerLost",
+    "QosLimits",
     "Receipt",
     "Registry",
     "SecurityError",

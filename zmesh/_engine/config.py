@@ -8,6 +8,7 @@ from typing import Any, Callable
 from .._wire import codec
 from ..liveness import LivenessConfig
 from ..message import new_id
+from ..qos import QosLimits
 
 __all__ = ["EngineConfig", "LOCAL", "BATCH_BYTES", "MAX_LOGGED_DROPS", "HEADER_ALLOWANCE", "first_endpoint",
            "SEED_RETRY", "SEED_RETRY_MAX", "SEED_SILENT_HELLOS", "DISCOVERED_PATIENCE", "LOST_PATIENCE", "MAX_READY_KEYS", "MAX_DEPARTED",
@@ -79,3 +80,5 @@ class EngineConfig:
     public_key: str | None = None
     key_of_name: Callable[[str], str | None] = lambda name: None
     policy: Any = None
+    #: Bounds on what QoS 1 and 2 keep (``Node(qos_limits=...)``).
+    qos_limits: QosLimits = QosLimits()

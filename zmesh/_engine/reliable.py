@@ -16,6 +16,11 @@ past its ttl: that node either handles it or finds it expired when it takes
 it, and acknowledges either way (dead-lettering it there), so ``expired``
 here always means it was never taken.
 
+What is kept is bounded (:class:`zmesh.QosLimits`): a ttl is at most
+``max_ttl`` (no ttl means that one), and a one-way message past the
+unacknowledged messages or bytes allowed per target agent or per sending
+agent is refused with Backpressure, nothing kept.
+
 Receiver side: every ``qos >= 1`` message id is remembered in its sending
 agent's bounded window (:mod:`.dedup`), so a handler sees each message once
 while its node lives. A repeat of a message being handled is dropped; a
@@ -39,11 +44,12 @@ from typing import TYPE_CHECKING
 
 from .._wire import codec
 from .._wire.names import MAX_AGENT_ID as MAX_ID
-from ..errors import FrameError
+from ..errors import FrameError, InvalidMessage
 from ..message import Message
 from .config import LOCAL
 from .dedup import DONE, RUNNING, Dedup
 from .effects import ACKED, DEAD
+from .unacked import Tally, Unacked
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -59,7 +65,7 @@ ACK_CHUNK = 4096  # ids per HANDLED/DECLINED item (about 128 KiB)
 
 
 class _Out:
-    __slots__ = ("msg", "item", "node", "next_try", "backoff", "expires", "done", "request", "overdue")
+    __slots__ = ("msg", "item", "node", "next_try", "backoff", "expires", "done", "request", "overdue", "tallies")
 
     def __init__(self, msg: Message, item: bytes, node: str | None, next_try: float, expires: float,
                  request: bool) -> None:
@@ -72,6 +78,7 @@ class _Out:
         self.done = False
         self.request = request
         self.overdue = False  # past its ttl while a live node holds it
+        self.tallies: tuple[Tally, Tally] | None = None  # one-way: its target's and its sender's
 
     def due(self) -> float:
         return self.next_try if self.overdue else min(self.next_try, self.expires)
@@ -85,6 +92,8 @@ class Reliable:
         self._heap: list[tuple[float, int, _Out]] = []
         self._seq = 0
         self.seen = Dedup()
+        self.max_ttl = engine.config.qos_limits.max_ttl
+        self.unacked_by = Unacked(engine.config.qos_limits, engine)
         self.acks: dict[str, list[str]] = {}  # node id -> ids handled, sent at the next flush
         self.declines: dict[str, list[str]] = {}  # node id -> ids not taken, sent at the next flush
 
@@ -95,29 +104,49 @@ class Reliable:
         return len(self.out)
 
     def track(self, msg: Message, item: bytes, node: str, now: float, deadline: float = math.inf) -> None:
-        """``msg`` (qos >= 1) went to ``node``: keep it until it is acknowledged."""
+        """``msg`` (qos >= 1) is about to go to ``node``: keep it until it is
+        acknowledged. A one-way message past the limits raises (InvalidMessage
+        for its ttl, Backpressure for what is unacknowledged), keeping nothing."""
         request = bool(msg.correlation_id)
+        if not request and msg.ttl is not None and msg.ttl > self.max_ttl:
+            raise InvalidMessage(f"ttl {msg.ttl!r} s is longer than this node's QosLimits.max_ttl "
+                                 f"({self.max_ttl:g} s) for a qos {msg.qos} message; nothing was sent")
         entry = _Out(msg, item, node, now + RETRY_HELD, min(deadline, self._expires(msg, now)), request)
+        if not request:
+            entry.tallies = self.unacked_by.add(msg, len(item), True)
+        old = self.out.get(msg.id)
+        if old is not None:  # the same message sent again by hand: this copy replaces it
+            old.done = True
+            self._uncount(old)
         self.out[msg.id] = entry
         self._push(entry)
         if self.store is not None and not request:
             self.store.put_outbox(msg.id, item)
 
     def _expires(self, msg: Message, now: float) -> float:
-        """When ``msg``'s ttl runs out, on the engine's clock (it counts from the
-        sender's wall-clock timestamp)."""
-        if msg.ttl is None:
-            return math.inf
-        return now + msg.ttl - max(0.0, self.e.config.wall_clock() - msg.timestamp)
+        """When ``msg``'s ttl (at most ``max_ttl``; that, without one) runs out,
+        on the engine's clock (it counts from the sender's wall-clock timestamp)."""
+        ttl = msg.ttl
+        if ttl is None or ttl > self.max_ttl:
+            ttl = self.max_ttl
+        return now + ttl - max(0.0, self.e.config.wall_clock() - msg.timestamp)
 
     def _settled(self, entry: _Out) -> None:
         """``entry`` is done with (acknowledged, answered or expired): forget it."""
-        del self.out[entry.msg.id]
+        msg = entry.msg
+        del self.out[msg.id]
         entry.done = True
-        if self.store is not None and not entry.request:
-            self.store.delete_outbox(entry.msg.id)
+        if entry.tallies is not None:
+            self._uncount(entry)
+            if self.store is not None:
+                self.store.delete_outbox(msg.id)
         if not self.out:
             self.e.out((ACKED,))
+
+    def _uncount(self, entry: _Out) -> None:
+        if entry.tallies is not None:
+            self.unacked_by.remove(entry.msg, len(entry.item), entry.tallies)
+            entry.tallies = None
 
     def _push(self, entry: _Out) -> None:
         self._seq += 1
@@ -189,6 +218,9 @@ class Reliable:
                     continue
                 entry.overdue = True  # its holder will handle it or find it expired
             self._retry(entry, now)
+        store = self.store
+        if store is not None and store.dirty:
+            self.e.commit_store(store)  # what expired leaves the store now, not with the next frame out
 
     def next_deadline(self) -> float:
         heap = self._heap
@@ -230,6 +262,7 @@ class Reliable:
                 self.e.out((DEAD, msg, "unacked", "the node closed before it was acknowledged", msg.target))
         self.out.clear()
         self._heap.clear()
+        self.unacked_by.clear()
         if self.store is not None:
             self.store.close()
 
@@ -249,6 +282,7 @@ class Reliable:
                 self.e.drop("malformed", "store", f"outbox entry {msg_id!r}")
                 continue
             entry = _Out(msg, item, None, now, self._expires(msg, now), False)
+            entry.tallies = self.unacked_by.add(msg, len(item), False)
             self.out[msg.id] = entry
             self._push(entry)
 
@@ -260,6 +294,9 @@ class Reliable:
         makes (the window of ids is bounded in count, so ids must be short)."""
         if len(msg.id) > MAX_ID:
             raise FrameError("malformed", f"message id longer than {MAX_ID} characters")
+        ttl = msg.ttl
+        if ttl is not None and ttl > self.max_ttl:
+            msg.ttl = self.max_ttl  # so that a handler can delegate it from here
         state = self.seen.add(msg.sender, msg.id)
         if state is None:
             return True

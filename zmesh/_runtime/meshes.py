@@ -10,6 +10,7 @@ from .._engine import EngineConfig, first_endpoint
 from ..clock import Clock
 from ..errors import TransportError
 from ..liveness import LivenessConfig
+from ..qos import QosLimits
 from ..security import Security
 from ..transport.base import Transport
 from ..transport.message import MessageTransport
@@ -30,7 +31,7 @@ def _no_names(node_id: str) -> str | None:
 def mesh_config(
     mesh: str, node_id: str, incarnation: str, max_payload: int, liveness: LivenessConfig,
     transport: Transport | MessageTransport, clock: Clock, store: Any, encoder: Any, decoder: Any,
-    security: Security, policy: Any,
+    security: Security, policy: Any, qos_limits: QosLimits = QosLimits(),
 ) -> EngineConfig:
     """What a mesh knows of its node: identity, limits, payload hooks, keys and policy."""
     caps = transport.capabilities
@@ -48,6 +49,7 @@ def mesh_config(
         public_key=security.key.public if security.key is not None else None,
         key_of_name=security.trusted.key_of_name if security.trusted is not None else _no_names,
         policy=policy,
+        qos_limits=qos_limits,
     )
 
 
