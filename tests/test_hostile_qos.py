@@ -14,6 +14,7 @@ the qos 2 flood is made at its real size.
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from tests.helpers import Mesh, wait_for
 from tests.hostile import Attacker, rtt
 from zmesh._engine import dedup
 from zmesh.security import keygen, load_key
+from zmesh.store import SEEN_PER_SENDER, SqliteStore
 
 pytestmark = [pytest.mark.timeout(90)]
 
@@ -176,4 +178,49 @@ async def test_a_receiver_that_never_acknowledges_holds_a_bounded_outbox_for_a_b
         after = await rtt(a, "bob")
         print(f"\nnever acknowledged: rtt {before * 1e3:.2f} ms before, {during * 1e3:.2f} during, "
               f"{after * 1e3:.2f} after; store {empty / 1e6:.1f} MB empty, {held / 1e6:.1f} MB holding {cap}")
+    within(before, during)
+
+
+# -- 6: a qos 2 flood from a long agent id ---------------------------------------------
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def test_a_qos2_flood_from_a_long_agent_id_neither_starves_the_victim_nor_fills_its_store(
+        tmp_path: Path) -> None:
+    keys = Keys(tmp_path)
+    db = _private_dir(tmp_path, "alice") / "alice.db"
+    jobs = Jobs()
+    long_id = "L" * 256  # the longest agent id: every row it costs is as big as it gets
+    flood = 40_000  # the rate (74,600 in 20 s) and more, at its real size
+    async with Mesh("zmq", liveness=FAST, trusted=keys.trusted) as m:
+        alice, bob, a, b = await _pair(m, keys, jobs, store=db)
+        legit = await b.send("a", "jobs.legit", 1, qos=2)  # another sender's id, which must stay
+        assert await bob.wait_acked(timeout=10)
+        before = await rtt(a, "bob")
+        rss = _rss()
+        async with Attacker(**_settings(alice, keys, name="other", agents=[long_id])) as bad:
+            await alice.wait_until(lambda: "other" in alice.peers, 10, "the attacker to join")
+            bad.send(cmd="messages", target="a", topic="jobs.flood", qos=2, ttl=60, count=flood, payload_bytes=100,
+                     sender=long_id)
+            during = await _during(a, asyncio.ensure_future(bad.expect("sent", cmd="messages", timeout=60)))
+            await wait_for(lambda: jobs.total >= flood + 1, 30, "the flood to be handled")
+            grown = _rss() - rss
+        after = await rtt(a, "bob")
+        assert alice.stats()["store_errors"] == 0 and max(jobs.handled.values()) == 1
+        size = _store_bytes(db)
+    store = SqliteStore(db)
+    try:
+        seen = store.load_seen()
+    finally:
+        store.close()
+    flooder = [k for k in seen if k.startswith(long_id + "\x00")]
+    print(f"\nqos 2 flood of {flood}: rtt {before * 1e3:.2f} ms before, {during * 1e3:.2f} during, "
+          f"{after * 1e3:.2f} after; store {size / 1e6:.1f} MB, {len(flooder)} rows of the flooder; "
+          f"RSS +{grown / 1e6:.1f} MB")
+    assert f"bob\x00{legit.id}" in seen
+    assert len(flooder) <= SEEN_PER_SENDER
     within(before, during)

@@ -10,15 +10,16 @@ import os
 import sqlite3
 import stat
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
 import zmesh
 
-from tests.engine_pair import LIVENESS, WALL, Net, make_engine
+from tests.engine_pair import LIVENESS, WALL, Net, kinds, make_engine
 from zmesh._engine import Engine, EngineConfig
 from zmesh._engine import dedup
+from zmesh._wire import codec
 from zmesh._engine import effects as fx
 from zmesh._engine.dedup import DONE, RUNNING, Dedup
 from zmesh.errors import Backpressure, InvalidMessage
@@ -273,3 +274,140 @@ def test_engine_a_received_ttl_past_the_bound_is_cut_to_it() -> None:
 def test_qos_limits_must_be_positive(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         zmesh.QosLimits(**bad)  # type: ignore[arg-type]
+
+
+# -- the store's handled ids -------------------------------------------------------------
+
+
+def _put(store: SqliteStore, sender: str, ids: range, every: int = 50) -> None:
+    for i in ids:
+        store.put_seen(f"{sender}\x00{i}")
+        if i % every == every - 1:
+            store.commit()
+    store.commit()
+
+
+def test_the_stores_handled_ids_are_bounded_per_sender(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "node.db", seen_limit=1000, seen_per_sender=100)
+    _put(store, "good", range(10))
+    _put(store, "bad" * 80, range(5000))  # a long agent id's flood
+    store.close()
+    store = SqliteStore(tmp_path / "node.db", seen_limit=1000, seen_per_sender=100)
+    try:
+        seen = store.load_seen()
+        assert seen[:10] == [f"good\x00{i}" for i in range(10)]
+        bad = [k.partition("\x00")[2] for k in seen[10:]]
+        assert 90 <= len(bad) <= 100 and bad == [str(i) for i in range(5000 - len(bad), 5000)]  # its newest
+    finally:
+        store.close()
+
+
+def test_the_stores_handled_ids_are_bounded_in_all_and_the_biggest_senders_lose_first(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "node.db", seen_limit=1000, seen_per_sender=100)
+    try:
+        _put(store, "good", range(20))
+        for s in range(30):
+            _put(store, f"bad-{s}", range(100))
+        seen = store.load_seen()
+        assert len(seen) <= 1000 and seen[:20] == [f"good\x00{i}" for i in range(20)]
+    finally:
+        store.close()
+
+
+def test_an_older_stores_handled_ids_are_taken_over(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "node.db")
+    db.execute("CREATE TABLE outbox (id TEXT PRIMARY KEY, item BLOB NOT NULL)")
+    db.execute("CREATE TABLE seen (id TEXT PRIMARY KEY)")
+    keys = [f"s{i % 3}\x00m{i}" for i in range(10)]
+    db.executemany("INSERT INTO seen (id) VALUES (?)", [(k,) for k in keys])
+    db.commit()
+    db.close()
+    store = SqliteStore(tmp_path / "node.db")
+    try:
+        assert store.load_seen() == keys
+        store.put_seen("s9\x00new")
+        store.commit()
+        assert store.load_seen() == keys + ["s9\x00new"]
+    finally:
+        store.close()
+
+
+class _Store:
+    """A store that records when it was written and what had left the engine by then."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine: Any = engine
+        self.seen: list[str] = []
+        self.pending: list[str] = []
+        self.commits: list[int] = []  # ids written by each commit
+
+    def put_outbox(self, msg_id: str, item: bytes) -> None: ...
+
+    def delete_outbox(self, msg_id: str) -> None: ...
+
+    def load_outbox(self) -> list[tuple[str, bytes]]:
+        return []
+
+    def put_seen(self, key: str) -> None:
+        self.pending.append(key)
+
+    def load_seen(self) -> list[str]:
+        return []
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.pending)
+
+    def commit(self) -> None:
+        if self.pending:
+            assert not self.sent(), "a frame that answers an id left before the id was written"
+            self.commits.append(len(self.pending))
+            self.seen += self.pending
+            self.pending = []
+
+    def close(self) -> None: ...
+
+    def sent(self) -> list[int]:
+        """Kinds of the items in the frames the engine has sent and not handed over yet."""
+        return [k for e in self.engine.effects if e[0] == fx.SEND for k in kinds(e[2]) if k != codec.PING]
+
+
+def _with_store(name: str, agent: str) -> tuple[Engine, _Store]:
+    engine = Engine(EngineConfig(mesh="lab", node_id=name, incarnation="0001", liveness=LIVENESS,
+                                 wall_clock=lambda: WALL, store=None))
+    store = _Store(engine)
+    engine.reliable.store = store  # type: ignore[assignment]
+    engine.set_agent(agent, ("work",), frozenset())
+    return engine, store
+
+
+def test_engine_qos2_ids_handled_in_one_batch_are_written_in_one_commit_before_their_acks_leave() -> None:
+    b, store = _with_store("b", "b1")
+    net = Net(make_engine("a", agents=("a1",)), b)
+    net.connect("a", "b")
+    net.deliver_all()
+    a = net.engines["a"]
+    for i in range(100):
+        a.send(Message(sender="a1", target="b1", topic="work", payload=i, qos=2, timestamp=WALL))
+    net.pump("a")
+    net.deliver_all()
+    delivered = [s.effect for s in net.effects("b", fx.DELIVER)]
+    assert len(delivered) == 100 and a.reliable.unacked == 100
+    b.hold = True  # as in a drain: the handlers of a batch return one after the other
+    for effect in delivered:
+        b.handled(effect[4], effect[2])
+    net.pump("b")  # the flush: one commit, then the HANDLED
+    assert store.commits == [100] and len(set(store.seen)) == 100
+    net.deliver_all()
+    assert a.reliable.unacked == 0
+
+
+def test_engine_a_qos2_requests_id_is_written_before_its_reply_leaves() -> None:
+    b, store = _with_store("b", "b1")
+    net = Net(make_engine("a", agents=("a1",)), b)
+    net.connect("a", "b")
+    net.deliver_all()
+    net.request("a", Message("query", "a1", "b1", "work", 1, "c1", "a1", qos=2, timestamp=WALL), 10.0)
+    net.deliver_all()  # b answers at once (Net), the reply leaving alone
+    assert store.commits == [1] and store.seen == ["a1\x00" + net.effects("b", fx.DELIVER)[0].effect[2].id]
+    assert net.effects("a", fx.REPLIED)

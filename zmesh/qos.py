@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["QosLimits"]
+__all__ = ["QosLimits", "fair_level"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,3 +50,17 @@ class QosLimits:
             value = getattr(self, name)
             if value.__class__ is not int or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def fair_level(sizes: list[int], excess: int) -> int:
+    """Internal: how far to cut the biggest of several shares (``sizes``,
+    biggest first) so that ``excess`` goes, the biggest first and all those
+    cut to one level: ``sum(max(0, n - level) for n in sizes) >= excess``.
+    A share at or below the level loses nothing."""
+    total = 0
+    for k, n in enumerate(sizes, 1):
+        total += n
+        below = sizes[k] if k < len(sizes) else 0
+        if total - k * below >= excess:
+            return max(below, (total - excess) // k)
+    return 0

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..qos import fair_level
+
 __all__ = ["Dedup", "RUNNING", "DONE", "DEDUP_WINDOW", "DEDUP_TOTAL", "WINDOW_COST", "REPLY_CACHE_BYTES"]
 
 DEDUP_WINDOW = 100_000
@@ -104,14 +106,14 @@ class Dedup:
             self._trim(sender, window, int(DEDUP_WINDOW * 0.9))
         if self.count > DEDUP_TOTAL:
             sizes = sorted(((len(w), s) for s, w in self.windows.items()), reverse=True)
-            level = _level([n for n, _ in sizes], self.count - int(DEDUP_TOTAL * 0.9))
+            level = fair_level([n for n, _ in sizes], self.count - int(DEDUP_TOTAL * 0.9))
             for n, s in sizes:
                 if n <= level:
                     break
                 self._trim(s, self.windows[s], level)
         if self.reply_bytes > REPLY_CACHE_BYTES:
             sizes = sorted(((n, s) for s, n in self.replies.items()), reverse=True)
-            level = _level([n for n, _ in sizes], self.reply_bytes - int(REPLY_CACHE_BYTES * 0.9))
+            level = fair_level([n for n, _ in sizes], self.reply_bytes - int(REPLY_CACHE_BYTES * 0.9))
             for n, s in sizes:
                 if n <= level:
                     break
@@ -166,14 +168,3 @@ class Dedup:
         del self.windows[sender]
         self.count -= WINDOW_COST
 
-
-def _level(sizes: list[int], excess: int) -> int:
-    """The level to cut the biggest of ``sizes`` (sorted, biggest first) down
-    to so that at least ``excess`` goes: ``sum(max(0, n - level)) >= excess``."""
-    total = 0
-    for k, n in enumerate(sizes, 1):
-        total += n
-        below = sizes[k] if k < len(sizes) else 0
-        if total - k * below >= excess:
-            return max(below, (total - excess) // k)
-    return 0

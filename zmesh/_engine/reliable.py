@@ -320,16 +320,24 @@ class Reliable:
             _note(self.declines, origin, msg_id)
 
     def done(self, origin: str, msg: Message, reply: bytes = DONE) -> None:
-        """The handler of ``msg`` (qos >= 1) finished; ``reply``: the encoded reply of a request."""
+        """The handler of ``msg`` (qos >= 1) finished; ``reply``: the encoded reply of
+        a request (which :meth:`record` wrote before it was queued)."""
         self.seen.finish(msg.sender, msg.id, reply)
-        if msg.qos >= 2 and self.store is not None:
-            # Written now, not at the next flush: a crash between the handler's
-            # return and this commit is the one window in which a restarted
-            # node would run the handler again.
-            self.store.put_seen(f"{msg.sender}\x00{msg.id}")
-            self.e.commit_store(self.store)
         if not reply:
+            if msg.qos >= 2 and self.store is not None:
+                self.record(msg)
+                if origin == LOCAL:  # settled at once, no frame to wait for
+                    self.e.commit_store(self.store)
             self._ack(origin, msg.id)
+
+    def record(self, msg: Message) -> None:
+        """Write that qos 2 ``msg`` was handled, so that a repeat after a restart
+        is recognised. Committed with the next frame that leaves (its HANDLED,
+        or the reply), with everything else handled since: one commit per
+        batch, not per message. A crash before that commit is the one window
+        in which a restarted node runs the handler again."""
+        if self.store is not None:
+            self.store.put_seen(f"{msg.sender}\x00{msg.id}")
 
     def _ack(self, origin: str, msg_id: str) -> None:
         if origin == LOCAL:
