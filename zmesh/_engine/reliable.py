@@ -114,11 +114,11 @@ class Reliable:
         entry = _Out(msg, item, node, now + RETRY_HELD, min(deadline, self._expires(msg, now)), request)
         if not request:
             entry.tallies = self.unacked_by.add(msg, len(item), True)
-        old = self.out.get(msg.id)
-        if old is not None:  # the same message sent again by hand: this copy replaces it
+        old = self.out.setdefault(msg.id, entry)
+        if old is not entry:  # the same message sent again by hand: this copy replaces it
             old.done = True
             self._uncount(old)
-        self.out[msg.id] = entry
+            self.out[msg.id] = entry
         self._push(entry)
         if self.store is not None and not request:
             self.store.put_outbox(msg.id, item)
@@ -136,8 +136,10 @@ class Reliable:
         msg = entry.msg
         del self.out[msg.id]
         entry.done = True
-        if entry.tallies is not None:
-            self._uncount(entry)
+        tallies = entry.tallies
+        if tallies is not None:  # one-way
+            entry.tallies = None
+            self.unacked_by.remove(msg, len(entry.item), tallies)
             if self.store is not None:
                 self.store.delete_outbox(msg.id)
         if not self.out:
