@@ -30,6 +30,7 @@ One store belongs to one node at a time.
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import stat
@@ -248,7 +249,8 @@ def _make_private(path: str) -> None:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
-        raise StoreError(f"cannot open store {path!r}: {exc.strerror} (a symbolic link is refused)") from None
+        why = "it is a symbolic link, which is refused" if exc.errno == errno.ELOOP else exc.strerror
+        raise StoreError(f"cannot open store {path!r}: {why}") from None
     try:
         if _too_open(path, os.fstat(fd)):
             os.fchmod(fd, 0o600)

@@ -28,7 +28,7 @@ from ..qos import fair_level
 __all__ = ["Dedup", "RUNNING", "DONE", "DEDUP_WINDOW", "DEDUP_TOTAL", "WINDOW_COST", "REPLY_CACHE_BYTES"]
 
 DEDUP_WINDOW = 100_000
-DEDUP_TOTAL = 300_000  # about 40 MB at most
+DEDUP_TOTAL = 200_000  # about 40 MB at most
 WINDOW_COST = 4
 REPLY_CACHE_BYTES = 32 << 20
 
