@@ -236,6 +236,27 @@ def test_engine_unacknowledged_messages_are_capped_per_target_and_per_sender() -
     assert a.reliable.unacked == 20 and a.stats["unacked_refused"] == 3
 
 
+def test_engine_the_counts_per_target_are_kept_only_while_much_is_outstanding_and_stay_exact() -> None:
+    net = _net(unacked_per_target=10)
+    a, b = net.engines["a"], net.engines["b"]
+    unacked = a.reliable.unacked_by
+    for round in range(3):
+        _send(net, "a1", "b1", 9)  # under the smallest limit in all: nothing counted
+        assert not unacked.active
+        _send(net, "a1", "b2", 1)
+        _send(net, "a1", "b1", 1)  # 10 outstanding: counted from now on, the 10 before included
+        assert unacked.active and unacked.by_target == {"b1": [10, 1610], "b2": [1, 161]}
+        with pytest.raises(Backpressure):
+            _send(net, "a1", "b1")
+        delivered = [s.effect for s in net.effects("b", fx.DELIVER)][-11:]
+        for effect in delivered:  # every handler returns: all acknowledged
+            b.handled(effect[4], effect[2])
+        net.pump("b")
+        net.deliver_all()
+        assert a.reliable.unacked == 0 and not unacked.active and not unacked.by_target
+    assert a.stats["unacked_refused"] == 3
+
+
 def test_engine_unacknowledged_bytes_are_capped_too() -> None:
     net = _net(unacked_bytes_per_target=1000)
     a = net.engines["a"]

@@ -39,11 +39,13 @@ DONE = b""  # a seen id that was handled (no reply kept)
 class Dedup:
     """The windows, by sender; ``len()`` is how many ids they hold."""
 
-    __slots__ = ("windows", "count", "replies", "reply_bytes")
+    __slots__ = ("windows", "count", "replies", "reply_bytes", "window_limit", "total_limit")
 
     def __init__(self) -> None:
         self.windows: dict[str, dict[str, Any]] = {}  # sender -> id -> RUNNING, DONE or the encoded reply
         self.count = 0  # ids, plus WINDOW_COST per window
+        self.window_limit = DEDUP_WINDOW
+        self.total_limit = DEDUP_TOTAL
         self.replies: dict[str, int] = {}  # sender -> bytes of the replies its window keeps
         self.reply_bytes = 0
 
@@ -63,8 +65,8 @@ class Dedup:
                 return state
         window[msg_id] = RUNNING
         self.count += 1
-        if len(window) > DEDUP_WINDOW or self.count > DEDUP_TOTAL:
-            self._evict(sender, window)
+        if len(window) > self.window_limit or self.count > self.total_limit:
+            self.evict(sender, window)
         return None
 
     def finish(self, sender: str, msg_id: str, reply: bytes = DONE) -> None:
@@ -82,8 +84,8 @@ class Dedup:
         if reply:
             self.replies[sender] = self.replies.get(sender, 0) + len(reply)
             self.reply_bytes += len(reply)
-        if len(window) > DEDUP_WINDOW or self.count > DEDUP_TOTAL or self.reply_bytes > REPLY_CACHE_BYTES:
-            self._evict(sender, window)
+        if len(window) > self.window_limit or self.count > self.total_limit or self.reply_bytes > REPLY_CACHE_BYTES:
+            self.evict(sender, window)
 
     def forget(self, sender: str, msg_id: str) -> None:
         """``msg_id`` was dropped before its handler ran: its repeat is taken."""
@@ -101,12 +103,13 @@ class Dedup:
 
     # -- forgetting ----------------------------------------------------------
 
-    def _evict(self, sender: str, window: dict[str, Any]) -> None:
-        if len(window) > DEDUP_WINDOW:
-            self._trim(sender, window, int(DEDUP_WINDOW * 0.9))
-        if self.count > DEDUP_TOTAL:
+    def evict(self, sender: str, window: dict[str, Any]) -> None:
+        """``sender``'s window, or all of them, grew past their limit: forget."""
+        if len(window) > self.window_limit:
+            self._trim(sender, window, int(self.window_limit * 0.9))
+        if self.count > self.total_limit:
             sizes = sorted(((len(w), s) for s, w in self.windows.items()), reverse=True)
-            level = fair_level([n for n, _ in sizes], self.count - int(DEDUP_TOTAL * 0.9))
+            level = fair_level([n for n, _ in sizes], self.count - int(self.total_limit * 0.9))
             for n, s in sizes:
                 if n <= level:
                     break

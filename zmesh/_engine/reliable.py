@@ -49,7 +49,7 @@ from ..message import Message
 from .config import LOCAL
 from .dedup import DONE, RUNNING, Dedup
 from .effects import ACKED, DEAD
-from .unacked import Tally, Unacked
+from .unacked import Unacked
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -65,7 +65,7 @@ ACK_CHUNK = 4096  # ids per HANDLED/DECLINED item (about 128 KiB)
 
 
 class _Out:
-    __slots__ = ("msg", "item", "node", "next_try", "backoff", "expires", "done", "request", "overdue", "tallies")
+    __slots__ = ("msg", "item", "node", "next_try", "backoff", "expires", "done", "request", "overdue")
 
     def __init__(self, msg: Message, item: bytes, node: str | None, next_try: float, expires: float,
                  request: bool) -> None:
@@ -78,7 +78,6 @@ class _Out:
         self.done = False
         self.request = request
         self.overdue = False  # past its ttl while a live node holds it
-        self.tallies: tuple[Tally, Tally] | None = None  # one-way: its target's and its sender's
 
     def due(self) -> float:
         return self.next_try if self.overdue else min(self.next_try, self.expires)
@@ -94,6 +93,7 @@ class Reliable:
         self.seen = Dedup()
         self.max_ttl = engine.config.qos_limits.max_ttl
         self.unacked_by = Unacked(engine.config.qos_limits, engine)
+        self.out_bytes = 0  # of what is in ``out``
         self.acks: dict[str, list[str]] = {}  # node id -> ids handled, sent at the next flush
         self.declines: dict[str, list[str]] = {}  # node id -> ids not taken, sent at the next flush
 
@@ -108,26 +108,44 @@ class Reliable:
         acknowledged. A one-way message past the limits raises (InvalidMessage
         for its ttl, Backpressure for what is unacknowledged), keeping nothing."""
         request = bool(msg.correlation_id)
-        if not request and msg.ttl is not None and msg.ttl > self.max_ttl:
-            raise InvalidMessage(f"ttl {msg.ttl!r} s is longer than this node's QosLimits.max_ttl "
-                                 f"({self.max_ttl:g} s) for a qos {msg.qos} message; nothing was sent")
-        entry = _Out(msg, item, node, now + RETRY_HELD, min(deadline, self._expires(msg, now)), request)
+        # Without a ttl of its own a message just sent may be retried for max_ttl from now.
+        expires = now + self.max_ttl if msg.ttl is None else self._expires(msg, now, not request)
+        entry = _Out(msg, item, node, now + RETRY_HELD, min(deadline, expires), request)
+        size = len(item)
         if not request:
-            entry.tallies = self.unacked_by.add(msg, len(item), True)
-        old = self.out.setdefault(msg.id, entry)
-        if old is not entry:  # the same message sent again by hand: this copy replaces it
+            unacked = self.unacked_by
+            if unacked.active or len(self.out) >= unacked.count_floor or self.out_bytes + size > unacked.bytes_floor:
+                self._count(True)
+                unacked.add(msg, size, True)
+        if msg.id in self.out:  # the same message sent again by hand: this copy replaces it
+            old = self.out[msg.id]
             old.done = True
-            self._uncount(old)
-            self.out[msg.id] = entry
+            self._forget(old)
+        self.out[msg.id] = entry
+        self.out_bytes += size
         self._push(entry)
         if self.store is not None and not request:
             self.store.put_outbox(msg.id, item)
 
-    def _expires(self, msg: Message, now: float) -> float:
+    def _count(self, on: bool) -> None:
+        """Count per target and sender (:mod:`.unacked`) from now on (``on``), or
+        stop once what is outstanding is back under half the smallest limit."""
+        unacked = self.unacked_by
+        if on and not unacked.active:
+            unacked.start((e.msg, len(e.item)) for e in self.out.values() if not e.request)
+        elif (not on and len(self.out) < unacked.count_floor // 2
+              and self.out_bytes < unacked.bytes_floor // 2):
+            unacked.stop()
+
+    def _expires(self, msg: Message, now: float, strict: bool = False) -> float:
         """When ``msg``'s ttl (at most ``max_ttl``; that, without one) runs out,
-        on the engine's clock (it counts from the sender's wall-clock timestamp)."""
+        on the engine's clock (it counts from the sender's wall-clock timestamp);
+        ``strict``: InvalidMessage for a longer one."""
         ttl = msg.ttl
         if ttl is None or ttl > self.max_ttl:
+            if strict and ttl is not None:
+                raise InvalidMessage(f"ttl {ttl!r} s is longer than this node's QosLimits.max_ttl "
+                                     f"({self.max_ttl:g} s) for a qos {msg.qos} message; nothing was sent")
             ttl = self.max_ttl
         return now + ttl - max(0.0, self.e.config.wall_clock() - msg.timestamp)
 
@@ -136,19 +154,22 @@ class Reliable:
         msg = entry.msg
         del self.out[msg.id]
         entry.done = True
-        tallies = entry.tallies
-        if tallies is not None:  # one-way
-            entry.tallies = None
-            self.unacked_by.remove(msg, len(entry.item), tallies)
+        self.out_bytes -= len(entry.item)  # inline: _forget
+        if not entry.request:
+            if self.unacked_by.active:
+                self.unacked_by.remove(msg, len(entry.item))
+                self._count(False)
             if self.store is not None:
                 self.store.delete_outbox(msg.id)
         if not self.out:
             self.e.out((ACKED,))
 
-    def _uncount(self, entry: _Out) -> None:
-        if entry.tallies is not None:
-            self.unacked_by.remove(entry.msg, len(entry.item), entry.tallies)
-            entry.tallies = None
+    def _forget(self, entry: _Out) -> None:
+        """``entry`` left ``out`` (or is replaced there): uncount it."""
+        self.out_bytes -= len(entry.item)
+        if self.unacked_by.active and not entry.request:
+            self.unacked_by.remove(entry.msg, len(entry.item))
+            self._count(False)
 
     def _push(self, entry: _Out) -> None:
         self._seq += 1
@@ -264,7 +285,8 @@ class Reliable:
                 self.e.out((DEAD, msg, "unacked", "the node closed before it was acknowledged", msg.target))
         self.out.clear()
         self._heap.clear()
-        self.unacked_by.clear()
+        self.unacked_by.stop()
+        self.out_bytes = 0
         if self.store is not None:
             self.store.close()
 
@@ -284,9 +306,12 @@ class Reliable:
                 self.e.drop("malformed", "store", f"outbox entry {msg_id!r}")
                 continue
             entry = _Out(msg, item, None, now, self._expires(msg, now), False)
-            entry.tallies = self.unacked_by.add(msg, len(item), False)
             self.out[msg.id] = entry
+            self.out_bytes += len(item)
             self._push(entry)
+        unacked = self.unacked_by
+        if len(self.out) >= unacked.count_floor or self.out_bytes > unacked.bytes_floor:
+            self._count(True)
 
     # -- receiving ---------------------------------------------------------
 
@@ -299,7 +324,17 @@ class Reliable:
         ttl = msg.ttl
         if ttl is not None and ttl > self.max_ttl:
             msg.ttl = self.max_ttl  # so that a handler can delegate it from here
-        state = self.seen.add(msg.sender, msg.id)
+        seen = self.seen
+        window = seen.windows.get(msg.sender)
+        if window is None:
+            state = seen.add(msg.sender, msg.id)
+        else:  # inline: Dedup.add, for a sender seen before
+            state = window.get(msg.id)
+            if state is None:
+                window[msg.id] = RUNNING
+                seen.count += 1
+                if len(window) > seen.window_limit or seen.count > seen.total_limit:
+                    seen.evict(msg.sender, window)
         if state is None:
             return True
         e = self.e
@@ -324,7 +359,11 @@ class Reliable:
     def done(self, origin: str, msg: Message, reply: bytes = DONE) -> None:
         """The handler of ``msg`` (qos >= 1) finished; ``reply``: the encoded reply of
         a request (which :meth:`record` wrote before it was queued)."""
-        self.seen.finish(msg.sender, msg.id, reply)
+        window = self.seen.windows.get(msg.sender)
+        if not reply and window is not None and window.get(msg.id) is RUNNING:
+            window[msg.id] = DONE  # inline: Dedup.finish, for a one-way message taken here
+        else:
+            self.seen.finish(msg.sender, msg.id, reply)
         if not reply:
             if msg.qos >= 2 and self.store is not None:
                 self.record(msg)
