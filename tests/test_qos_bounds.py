@@ -432,3 +432,20 @@ def test_engine_a_qos2_requests_id_is_written_before_its_reply_leaves() -> None:
     net.deliver_all()  # b answers at once (Net), the reply leaving alone
     assert store.commits == [1] and store.seen == ["a1\x00" + net.effects("b", fx.DELIVER)[0].effect[2].id]
     assert net.effects("a", fx.REPLIED)
+
+
+def test_engine_what_a_store_kept_counts_against_the_limits() -> None:
+    kept = [Message(sender="a1", target="b1", topic="work", payload=i, qos=1, timestamp=WALL) for i in range(5)]
+
+    class Kept(_Store):
+        def load_outbox(self) -> list[tuple[str, bytes]]:
+            return [(m.id, codec.encode_message(m, 1 << 20)) for m in kept]
+
+    a = _engine("a", ("a1",), unacked_per_target=5)
+    a.reliable.store = Kept(a)  # type: ignore[assignment]
+    net = Net(a, _engine("b", ("b1",)))  # starting, a takes up what its store kept
+    net.connect("a", "b")
+    net.deliver_all()
+    assert a.reliable.unacked == 5
+    with pytest.raises(Backpressure, match="unacked_per_target=5"):
+        _send(net, "a1", "b1")

@@ -115,7 +115,8 @@ class Reliable:
         if not request:
             unacked = self.unacked_by
             if unacked.active or len(self.out) >= unacked.count_floor or self.out_bytes + size > unacked.bytes_floor:
-                self._count(True)
+                if not unacked.active:
+                    unacked.start((e.msg, len(e.item)) for e in self.out.values() if not e.request)
                 unacked.add(msg, size, True)
         if msg.id in self.out:  # the same message sent again by hand: this copy replaces it
             old = self.out[msg.id]
@@ -127,14 +128,13 @@ class Reliable:
         if self.store is not None and not request:
             self.store.put_outbox(msg.id, item)
 
-    def _count(self, on: bool) -> None:
-        """Count per target and sender (:mod:`.unacked`) from now on (``on``), or
-        stop once what is outstanding is back under half the smallest limit."""
+    def _uncount(self, entry: _Out) -> None:
+        """One-way ``entry`` is no longer outstanding, while :mod:`.unacked` counts:
+        uncount it, and stop counting once what is outstanding is under half the
+        smallest limit."""
         unacked = self.unacked_by
-        if on and not unacked.active:
-            unacked.start((e.msg, len(e.item)) for e in self.out.values() if not e.request)
-        elif (not on and len(self.out) < unacked.count_floor // 2
-              and self.out_bytes < unacked.bytes_floor // 2):
+        unacked.remove(entry.msg, len(entry.item))
+        if len(self.out) < unacked.count_floor // 2 and self.out_bytes < unacked.bytes_floor // 2:
             unacked.stop()
 
     def _expires(self, msg: Message, now: float, strict: bool = False) -> float:
@@ -157,8 +157,7 @@ class Reliable:
         self.out_bytes -= len(entry.item)  # inline: _forget
         if not entry.request:
             if self.unacked_by.active:
-                self.unacked_by.remove(msg, len(entry.item))
-                self._count(False)
+                self._uncount(entry)
             if self.store is not None:
                 self.store.delete_outbox(msg.id)
         if not self.out:
@@ -168,8 +167,7 @@ class Reliable:
         """``entry`` left ``out`` (or is replaced there): uncount it."""
         self.out_bytes -= len(entry.item)
         if self.unacked_by.active and not entry.request:
-            self.unacked_by.remove(entry.msg, len(entry.item))
-            self._count(False)
+            self._uncount(entry)
 
     def _push(self, entry: _Out) -> None:
         self._seq += 1
@@ -307,11 +305,8 @@ class Reliable:
                 continue
             entry = _Out(msg, item, None, now, self._expires(msg, now), False)
             self.out[msg.id] = entry
-            self.out_bytes += len(item)
+            self.out_bytes += len(item)  # counted per target and sender, if need be, at the next send
             self._push(entry)
-        unacked = self.unacked_by
-        if len(self.out) >= unacked.count_floor or self.out_bytes > unacked.bytes_floor:
-            self._count(True)
 
     # -- receiving ---------------------------------------------------------
 
