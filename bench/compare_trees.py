@@ -9,9 +9,11 @@ that old trees have too):
 
 * ``throughput``: ``pair_throughput.py`` msg/s, two processes, inline handler;
   ``throughput-async``: the same with an ``async def`` handler (``TP_ASYNC=1``);
+  ``throughput-qos1``, ``throughput-qos1-async``: both at QoS 1 (``TP_QOS=1``);
 * ``rtt`` / ``rtt-async``: ``pair_rtt.py`` p50 round trip (µs), inline and async;
 * ``send-cost`` / ``send-cost-async`` / ``request-async``: ``send_cost.py``
-  CPU µs per message in one process.
+  CPU µs per message in one process; ``send-cost-qos1`` /
+  ``send-cost-qos1-async``: the same sends at QoS 1.
 
 It prints, per Python and measure, the median of new/old (higher is better
 for msg/s, lower for µs: the ratio is always "new costs this much of old",
@@ -41,6 +43,10 @@ MEASURES: dict[str, tuple[list[str], dict[str, str], str, bool]] = {
     "send-cost": (["send_cost.py", "both", "20000"], {}, r": ([\d.]+) us", False),
     "send-cost-async": (["send_cost.py", "both-async", "20000"], {}, r": ([\d.]+) us", False),
     "request-async": (["send_cost.py", "request-async", "5000"], {}, r": ([\d.]+) us", False),
+    "throughput-qos1": (["pair_throughput.py", "20000"], {"TP_QOS": "1"}, r"msg/s (\d+)", True),
+    "throughput-qos1-async": (["pair_throughput.py", "20000"], {"TP_QOS": "1", "TP_ASYNC": "1"}, r"msg/s (\d+)", True),
+    "send-cost-qos1": (["send_cost.py", "both-qos1", "20000"], {}, r": ([\d.]+) us", False),
+    "send-cost-qos1-async": (["send_cost.py", "both-qos1-async", "20000"], {}, r": ([\d.]+) us", False),
 }
 
 

@@ -7,7 +7,7 @@ throughput), sends N messages and prints msg/s plus each side's CPU time and
 context switches; with a profile prefix, writes cProfile stats for both.
 The sink's handler runs inline where the tree has ``inline=``;
 ``TP_ASYNC=1`` makes it an ``async def`` handler that never awaits, the
-kind agent builders write first.
+kind agent builders write first; ``TP_QOS=1`` sends at QoS 1 (acknowledged).
 It uses only API every zmesh version since 7bf4ab1 has (``inline=`` when
 present), so the same script measures an old tree against a new one.
 Interleave rounds (old, new, old, new, ...) and compare medians: e.g.
@@ -60,9 +60,10 @@ async def source(n, mesh, endpoint):
             await src.send("sink-0", "bench", encode(i, "warmup"))
             if i % 1000 == 0: await asyncio.sleep(0)
         await asyncio.sleep(0.3)
+        qos = int(os.environ.get("TP_QOS", "0"))
         t0 = time.monotonic()
         for i in range(n):
-            await src.send("sink-0", "bench", encode(i, "data"))
+            await src.send("sink-0", "bench", encode(i, "data"), qos=qos)
             if i % 1000 == 999: await asyncio.sleep(0)
         emit("src", {"t0": t0, "t_sent": time.monotonic()})
         await asyncio.sleep(3)

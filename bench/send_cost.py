@@ -11,7 +11,9 @@ transport, N messages to an inline handler, so the send and the receive
 paths run and nothing else does. ``request``: N requests one after the
 other to an inline echo handler (inproc). Each prints CPU microseconds per message.
 ``both-async`` and ``request-async`` are the same with an ``async def``
-handler that never awaits, the path agent builders take first.
+handler that never awaits, the path agent builders take first;
+``both-qos1`` and ``both-qos1-async`` send at QoS 1 (tracked, acknowledged,
+remembered by the receiver).
 
 CPU time on a shared 2-core machine moves by 5-10 % from run to run. For a
 figure that does not, count instructions with callgrind at two sizes and
@@ -105,7 +107,7 @@ async def requests(n: int, asynchronous: bool = False) -> float:
             return (time.process_time() - t0) / max(n, 1)
 
 
-async def both_sides(n: int, asynchronous: bool = False) -> float:
+async def both_sides(n: int, asynchronous: bool = False, qos: int = 0) -> float:
     """CPU seconds per message of send plus receive, in one process (inproc)."""
     done = asyncio.Event()
     count = 0
@@ -131,7 +133,7 @@ async def both_sides(n: int, asynchronous: bool = False) -> float:
             await a.wait_for_agents("sink", timeout=10)
             t0 = time.process_time()
             for i in range(n):
-                await src.send("sink", "bench", encode(i, "data"))
+                await src.send("sink", "bench", encode(i, "data"), qos=qos)
                 if i % 1000 == 999:
                     await asyncio.sleep(0)
             if n:
@@ -141,7 +143,8 @@ async def both_sides(n: int, asynchronous: bool = False) -> float:
 
 def main(argv: list[str]) -> int:
     runs = {"sender": sender_only, "both": both_sides, "request": requests,
-            "both-async": lambda n: both_sides(n, True), "request-async": lambda n: requests(n, True)}
+            "both-async": lambda n: both_sides(n, True), "request-async": lambda n: requests(n, True),
+            "both-qos1": lambda n: both_sides(n, False, 1), "both-qos1-async": lambda n: both_sides(n, True, 1)}
     if len(argv) != 2 or argv[0] not in runs or not argv[1].isdigit():
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2

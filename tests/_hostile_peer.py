@@ -25,6 +25,9 @@ Settings (the JSON argument):
   after the ``#`` of ``router``/``pub``.
 * ``no_sub``: join without subscribing to the victim (a slow joiner, as the
   victim sees it: its HELLO came, its SUB never attached).
+* ``credit``: report every message sent to its agents as taken (CREDIT
+  items, so flow control never holds the sender back), while never
+  acknowledging one (no HANDLED): a receiver that takes and keeps.
 
 Commands (stdin):
 
@@ -66,7 +69,7 @@ from typing import Any
 import msgpack
 import zmq
 
-MSG, HELLO, UPDATE, ACK, PING, PONG = 0, 1, 2, 3, 4, 5
+MSG, HELLO, UPDATE, ACK, PING, PONG, CREDIT = 0, 1, 2, 3, 4, 5, 8
 
 
 def say(**event: Any) -> None:
@@ -101,6 +104,7 @@ class Hostile:
         self.next_beat = 0.0
         self.ids = 0
         self.pending = b""
+        self.taken: dict[str, int] = {}  # agent -> messages received for it (with ``credit``)
 
     def socket(self, kind: int, server: bool = False, **options: Any) -> zmq.Socket[Any]:
         sock = self.ctx.socket(kind)
@@ -159,8 +163,12 @@ class Hostile:
                 frame = msgpack.unpackb(parts[-1], raw=False, strict_map_key=False)
             except Exception:
                 continue
+            before = dict(self.taken)
             for item in frame[1:]:
                 self.on_item(item)
+            if self.dealer is not None and self.taken != before:
+                credits = [[CREDIT, agent, n] for agent, n in self.taken.items() if before.get(agent) != n]
+                self.dealer.send(msgpack.packb([1, *credits]))
 
     def on_item(self, item: list[Any]) -> None:
         kind = item[0]
@@ -171,6 +179,8 @@ class Hostile:
             self.dealer.send(msgpack.packb([1, [PONG]]))
         elif kind == MSG and len(item) == 15:
             self.received.append(item[5])
+            if self.cfg.get("credit") and item[2] != 1:
+                self.taken[item[4]] = self.taken.get(item[4], 0) + 1
             if item[2] == 1:
                 self.results += 1
                 self.ok += item[13] == 0

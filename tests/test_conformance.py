@@ -99,7 +99,7 @@ def reasons(node: zmesh.Node) -> list[str]:
 PUBLIC_NAMES = {
     "AddressInUse", "Agent", "AgentExists", "AgentInfo", "AgentNotRegistered", "Backpressure", "Clock", "DEFERRED",
     "DeadLetter", "DeadLetters", "FakeClock", "GatherReply", "Handoff", "HandoffResult", "HandlerError",
-    "InvalidMessage", "LivenessConfig", "MeshEvent", "Message", "NoHandler", "NoProvider", "Node", "Quotas",
+    "InvalidMessage", "LivenessConfig", "MeshEvent", "Message", "NoHandler", "NoProvider", "Node", "QosLimits", "Quotas",
     "NodeClosed", "NodeRecord", "PeerLost", "Receipt", "Registry", "SecurityError", "Stream", "SystemClock", "Timeout",
     "Transport", "TransportError", "ZmeshError", "current_trace_id", "keygen", "new_id", "run", "trace_context",
 }

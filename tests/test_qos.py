@@ -18,6 +18,7 @@ import pytest
 
 import zmesh
 from zmesh import FakeClock, Message
+from zmesh._engine import dedup as dedup_mod
 from zmesh._engine import reliable as reliable_mod
 
 from .helpers import Mesh, wait_for
@@ -246,7 +247,7 @@ async def test_a_repeat_of_a_message_still_being_handled_is_dropped() -> None:
 
 
 async def test_the_dedup_window_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reliable_mod, "DEDUP_WINDOW", 100)
+    monkeypatch.setattr(dedup_mod, "DEDUP_WINDOW", 100)
     async with Mesh("inproc") as m:
         n1, n2 = await m.node(), await m.node()
         a, b = n1.agent("a"), n2.agent("b")

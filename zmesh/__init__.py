@@ -86,6 +86,7 @@ from .liveness import LivenessConfig
 from .quotas import Quotas
 from .message import GatherReply, Message, new_id
 from .node import Node, current_trace_id, trace_context
+from .qos import QosLimits
 from .observer import Receipt
 from .registry import AgentInfo, MeshEvent, NodeRecord, Registry
 from .security import keygen
@@ -120,6 +121,7 @@ __all__ = [
     "NodeClosed",
     "NodeRecord",
     "PeerLost",
+    "QosLimits",
     "Receipt",
     "Registry",
     "SecurityError",

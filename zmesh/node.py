@@ -39,6 +39,7 @@ from .deadletters import DeadLetters
 from .errors import AgentExists, NodeClosed, ZmeshError
 from .liveness import LivenessConfig
 from .quotas import Quotas
+from .qos import QosLimits
 from .registry import Registry, check_meta, check_will
 from .security import TrustSpec, resolve_security, trust_store
 from .store import SqliteStore, Store
@@ -98,7 +99,13 @@ class Node(WatchCalls):
     ``store``
         A file path, or a :class:`zmesh.store.Store`: keeps unacknowledged
         QoS 1/2 messages and the ids of handled QoS 2 messages across
-        restarts. Default (None): in memory only.
+        restarts. Default (None): in memory only. A path must be in a
+        directory only its owner can write (StoreError otherwise); the file
+        is created mode 0600.
+    ``qos_limits``
+        A :class:`zmesh.QosLimits`: the longest qos >= 1 ttl, and how many
+        unacknowledged messages (and bytes) this node keeps per target agent
+        and per sending agent. Default (None): ``QosLimits()``.
     ``port``, ``pub_port``
         Fix the port of the router endpoint (what others name as a seed) and
         of the publisher endpoint (peers learn it in the handshake); 0, the
@@ -150,6 +157,7 @@ class Node(WatchCalls):
         settle_timeout: float = 5.0,
         workers: int | None = None,
         store: str | os.PathLike[str] | Store | None = None,
+        qos_limits: QosLimits | None = None,
         port: int = 0,
         pub_port: int = 0,
         encoder: Callable[[Any], Any] | None = None,
@@ -187,7 +195,8 @@ class Node(WatchCalls):
             raise ValueError("policy needs keys (key=..., trusted=...): without them nobody's key is known")
         self.transport = make_transport(transport, interfaces, port, pub_port, self._security)
         config = mesh_config(mesh, self.id, self.incarnation, max_payload, self.liveness_config, self.transport,
-                             self.clock, store, encoder, decoder, self._security, rules, quotas)
+                             self.clock, store, encoder, decoder, self._security, rules, quotas,
+                             qos_limits or QosLimits())
         runtime = RuntimeConfig(self.id, mesh, self.clock, settle_timeout, dead_letter_capacity, workers)
         self._agents: dict[str, Agent] = {}
         self._watch = Watch(self.id)

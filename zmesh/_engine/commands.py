@@ -207,6 +207,8 @@ class Commands(Outbound):
 
     def reply_status(self, msg: Message, status: str, payload: Any) -> None:
         """Answer request ``msg`` with ``status`` ("ok", or why it failed here)."""
+        if msg.qos >= 2:
+            self.reliable.record(msg)  # before the reply is queued: it may leave at once
         item = self.reply(
             Message("result", msg.target, msg.reply_to or msg.sender, msg.topic, payload,
                     msg.correlation_id, "", msg.priority, msg.qos, None, self.config.wall_clock(),

@@ -9,6 +9,7 @@ from .._wire import codec
 from ..liveness import LivenessConfig
 from ..message import new_id
 from ..quotas import Quotas
+from ..qos import QosLimits
 
 __all__ = ["EngineConfig", "LOCAL", "BATCH_BYTES", "MAX_LOGGED_DROPS", "HEADER_ALLOWANCE", "first_endpoint",
            "SEED_RETRY", "SEED_RETRY_MAX", "SEED_SILENT_HELLOS", "DISCOVERED_PATIENCE", "LOST_PATIENCE", "MAX_READY_KEYS", "MAX_READY_PER_KEY",
@@ -85,3 +86,5 @@ class EngineConfig:
     policy: Any = None
     #: What one peer and one key may take of this node (``Node(quotas=...)``).
     quotas: Quotas = Quotas()
+    #: Bounds on what QoS 1 and 2 keep (``Node(qos_limits=...)``).
+    qos_limits: QosLimits = QosLimits()

@@ -16,12 +16,16 @@ past its ttl: that node either handles it or finds it expired when it takes
 it, and acknowledges either way (dead-lettering it there), so ``expired``
 here always means it was never taken.
 
-Receiver side: every ``qos >= 1`` message id is remembered in a bounded
-window (:data:`DEDUP_WINDOW` ids, oldest forgotten first), so a handler sees
-each message once while its node lives. A repeat of a message being handled
-is dropped; a repeat of one already handled is acknowledged again, or, for
-a request, answered again with the remembered reply (while the replies kept
-stay under :data:`REPLY_CACHE_BYTES`). A message dropped before its
+What is kept is bounded (:class:`zmesh.QosLimits`): a ttl is at most
+``max_ttl`` (no ttl means that one), and a one-way message past the
+unacknowledged messages or bytes allowed per target agent or per sending
+agent is refused with Backpressure, nothing kept.
+
+Receiver side: every ``qos >= 1`` message id is remembered in its sending
+agent's bounded window (:mod:`.dedup`), so a handler sees each message once
+while its node lives. A repeat of a message being handled is dropped; a
+repeat of one already handled is acknowledged again, or, for a request,
+answered again with the remembered reply. A message dropped before its
 handler ran (full inbox, agent gone) is forgotten, so its retransmission is
 taken.
 
@@ -36,31 +40,28 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._wire import codec
 from .._wire.names import MAX_AGENT_ID as MAX_ID
-from ..errors import FrameError
+from ..errors import FrameError, InvalidMessage
 from ..message import Message
 from .config import LOCAL
+from .dedup import DONE, RUNNING, Dedup
 from .effects import ACKED, DEAD
+from .unacked import Unacked
 
 if TYPE_CHECKING:
     from ..store import Store
     from .core import Engine
 
-__all__ = ["Reliable", "RETRY_FIRST", "RETRY_MAX", "DEDUP_WINDOW", "REPLY_CACHE_BYTES"]
+__all__ = ["Reliable", "RETRY_FIRST", "RETRY_MAX"]
 
 RETRY_FIRST = 1.0  # after a DECLINED: the first retry, doubling ...
 RETRY_MAX = 30.0  # ... up to this
 RETRY_HELD = 30.0  # while the node it went to stays: a slow fallback only
 UNROUTED_RETRY = 1.0  # no node hosts the target: look again this often (and when one joins)
-DEDUP_WINDOW = 100_000
 ACK_CHUNK = 4096  # ids per HANDLED/DECLINED item (about 128 KiB)
-REPLY_CACHE_BYTES = 32 << 20
-
-_RUNNING: Any = object()  # a seen id whose handler has not finished
-_DONE = b""  # a seen id that was handled (no reply kept)
 
 
 class _Out:
@@ -89,8 +90,10 @@ class Reliable:
         self.out: dict[str, _Out] = {}
         self._heap: list[tuple[float, int, _Out]] = []
         self._seq = 0
-        self.seen: dict[str, Any] = {}
-        self._reply_bytes = 0
+        self.seen = Dedup()
+        self.max_ttl = engine.config.qos_limits.max_ttl
+        self.unacked_by = Unacked(engine.config.qos_limits, engine)
+        self.out_bytes = 0  # of what is in ``out``
         self.acks: dict[str, list[str]] = {}  # node id -> ids handled, sent at the next flush
         self.declines: dict[str, list[str]] = {}  # node id -> ids not taken, sent at the next flush
 
@@ -101,29 +104,70 @@ class Reliable:
         return len(self.out)
 
     def track(self, msg: Message, item: bytes, node: str, now: float, deadline: float = math.inf) -> None:
-        """``msg`` (qos >= 1) went to ``node``: keep it until it is acknowledged."""
+        """``msg`` (qos >= 1) is about to go to ``node``: keep it until it is
+        acknowledged. A one-way message past the limits raises (InvalidMessage
+        for its ttl, Backpressure for what is unacknowledged), keeping nothing."""
         request = bool(msg.correlation_id)
-        entry = _Out(msg, item, node, now + RETRY_HELD, min(deadline, self._expires(msg, now)), request)
+        # Without a ttl of its own a message just sent may be retried for max_ttl from now.
+        expires = now + self.max_ttl if msg.ttl is None else self._expires(msg, now, not request)
+        entry = _Out(msg, item, node, now + RETRY_HELD, min(deadline, expires), request)
+        size = len(item)
+        if not request:
+            unacked = self.unacked_by
+            if unacked.active or len(self.out) >= unacked.count_floor or self.out_bytes + size > unacked.bytes_floor:
+                if not unacked.active:
+                    unacked.start((e.msg, len(e.item)) for e in self.out.values() if not e.request)
+                unacked.add(msg, size, True)
+        if msg.id in self.out:  # the same message sent again by hand: this copy replaces it
+            old = self.out[msg.id]
+            old.done = True
+            self._forget(old)
         self.out[msg.id] = entry
+        self.out_bytes += size
         self._push(entry)
         if self.store is not None and not request:
             self.store.put_outbox(msg.id, item)
 
-    def _expires(self, msg: Message, now: float) -> float:
-        """When ``msg``'s ttl runs out, on the engine's clock (it counts from the
-        sender's wall-clock timestamp)."""
-        if msg.ttl is None:
-            return math.inf
-        return now + msg.ttl - max(0.0, self.e.config.wall_clock() - msg.timestamp)
+    def _uncount(self, entry: _Out) -> None:
+        """One-way ``entry`` is no longer outstanding, while :mod:`.unacked` counts:
+        uncount it, and stop counting once what is outstanding is under half the
+        smallest limit."""
+        unacked = self.unacked_by
+        unacked.remove(entry.msg, len(entry.item))
+        if len(self.out) < unacked.count_floor // 2 and self.out_bytes < unacked.bytes_floor // 2:
+            unacked.stop()
+
+    def _expires(self, msg: Message, now: float, strict: bool = False) -> float:
+        """When ``msg``'s ttl (at most ``max_ttl``; that, without one) runs out,
+        on the engine's clock (it counts from the sender's wall-clock timestamp);
+        ``strict``: InvalidMessage for a longer one."""
+        ttl = msg.ttl
+        if ttl is None or ttl > self.max_ttl:
+            if strict and ttl is not None:
+                raise InvalidMessage(f"ttl {ttl!r} s is longer than this node's QosLimits.max_ttl "
+                                     f"({self.max_ttl:g} s) for a qos {msg.qos} message; nothing was sent")
+            ttl = self.max_ttl
+        return now + ttl - max(0.0, self.e.config.wall_clock() - msg.timestamp)
 
     def _settled(self, entry: _Out) -> None:
         """``entry`` is done with (acknowledged, answered or expired): forget it."""
-        del self.out[entry.msg.id]
+        msg = entry.msg
+        del self.out[msg.id]
         entry.done = True
-        if self.store is not None and not entry.request:
-            self.store.delete_outbox(entry.msg.id)
+        self.out_bytes -= len(entry.item)  # inline: _forget
+        if not entry.request:
+            if self.unacked_by.active:
+                self._uncount(entry)
+            if self.store is not None:
+                self.store.delete_outbox(msg.id)
         if not self.out:
             self.e.out((ACKED,))
+
+    def _forget(self, entry: _Out) -> None:
+        """``entry`` left ``out`` (or is replaced there): uncount it."""
+        self.out_bytes -= len(entry.item)
+        if self.unacked_by.active and not entry.request:
+            self._uncount(entry)
 
     def _push(self, entry: _Out) -> None:
         self._seq += 1
@@ -195,6 +239,9 @@ class Reliable:
                     continue
                 entry.overdue = True  # its holder will handle it or find it expired
             self._retry(entry, now)
+        store = self.store
+        if store is not None and store.dirty:
+            self.e.commit_store(store)  # what expired leaves the store now, not with the next frame out
 
     def next_deadline(self) -> float:
         heap = self._heap
@@ -236,6 +283,8 @@ class Reliable:
                 self.e.out((DEAD, msg, "unacked", "the node closed before it was acknowledged", msg.target))
         self.out.clear()
         self._heap.clear()
+        self.unacked_by.stop()
+        self.out_bytes = 0
         if self.store is not None:
             self.store.close()
 
@@ -245,7 +294,8 @@ class Reliable:
         if store is None:
             return
         for key in store.load_seen():
-            self.seen[key] = _DONE
+            sender, _, msg_id = key.partition("\x00")
+            self.seen.restore(sender, msg_id)
         for msg_id, item in store.load_outbox():
             try:
                 msg = codec.message_from_item(codec.decode_item(item))
@@ -255,6 +305,7 @@ class Reliable:
                 continue
             entry = _Out(msg, item, None, now, self._expires(msg, now), False)
             self.out[msg.id] = entry
+            self.out_bytes += len(item)  # counted per target and sender, if need be, at the next send
             self._push(entry)
 
     # -- receiving ---------------------------------------------------------
@@ -265,17 +316,25 @@ class Reliable:
         makes (the window of ids is bounded in count, so ids must be short)."""
         if len(msg.id) > MAX_ID:
             raise FrameError("malformed", f"message id longer than {MAX_ID} characters")
+        ttl = msg.ttl
+        if ttl is not None and ttl > self.max_ttl:
+            msg.ttl = self.max_ttl  # so that a handler can delegate it from here
         seen = self.seen
-        key = _seen_key(msg)
-        state = seen.get(key)
+        window = seen.windows.get(msg.sender)
+        if window is None:
+            state = seen.add(msg.sender, msg.id)
+        else:  # inline: Dedup.add, for a sender seen before
+            state = window.get(msg.id)
+            if state is None:
+                window[msg.id] = RUNNING
+                seen.count += 1
+                if len(window) > seen.window_limit or seen.count > seen.total_limit:
+                    seen.evict(msg.sender, window)
         if state is None:
-            seen[key] = _RUNNING
-            if len(seen) > DEDUP_WINDOW:
-                self._evict()
             return True
         e = self.e
         e.stats["duplicates"] += 1
-        if state is not _RUNNING:
+        if state is not RUNNING:
             if state:
                 e.enqueue(origin, state)  # the remembered reply
             elif not msg.correlation_id:
@@ -285,36 +344,36 @@ class Reliable:
     def forget(self, origin: str, msg: Message) -> None:
         """The message was dropped before its handler ran: tell its sender to
         send it again (DECLINED), and take that retransmission."""
-        key = _seen_key(msg)
-        if self.seen.get(key) is _RUNNING:
-            del self.seen[key]
+        self.seen.forget(msg.sender, msg.id)
         msg_id = msg.id
         if origin == LOCAL:
             self.declined(LOCAL, [msg_id])
         else:
             _note(self.declines, origin, msg_id)
 
-    def done(self, origin: str, msg: Message, reply: bytes = _DONE) -> None:
-        """The handler of ``msg`` (qos >= 1) finished; ``reply``: the encoded reply of a request."""
-        seen = self.seen
-        key = _seen_key(msg)
-        if key in seen:
-            old = seen[key]
-            if old is not _RUNNING:
-                self._reply_bytes -= len(old)
-        seen[key] = reply
-        if reply:
-            self._reply_bytes += len(reply)
-        if self._reply_bytes > REPLY_CACHE_BYTES or len(seen) > DEDUP_WINDOW:
-            self._evict()
-        if msg.qos >= 2 and self.store is not None:
-            # Written now, not at the next flush: a crash between the handler's
-            # return and this commit is the one window in which a restarted
-            # node would run the handler again.
-            self.store.put_seen(key)
-            self.e.commit_store(self.store)
+    def done(self, origin: str, msg: Message, reply: bytes = DONE) -> None:
+        """The handler of ``msg`` (qos >= 1) finished; ``reply``: the encoded reply of
+        a request (which :meth:`record` wrote before it was queued)."""
+        window = self.seen.windows.get(msg.sender)
+        if not reply and window is not None and window.get(msg.id) is RUNNING:
+            window[msg.id] = DONE  # inline: Dedup.finish, for a one-way message taken here
+        else:
+            self.seen.finish(msg.sender, msg.id, reply)
         if not reply:
+            if msg.qos >= 2 and self.store is not None:
+                self.record(msg)
+                if origin == LOCAL:  # settled at once, no frame to wait for
+                    self.e.commit_store(self.store)
             self._ack(origin, msg.id)
+
+    def record(self, msg: Message) -> None:
+        """Write that qos 2 ``msg`` was handled, so that a repeat after a restart
+        is recognised. Committed with the next frame that leaves (its HANDLED,
+        or the reply), with everything else handled since: one commit per
+        batch, not per message. A crash before that commit is the one window
+        in which a restarted node runs the handler again."""
+        if self.store is not None:
+            self.store.put_seen(f"{msg.sender}\x00{msg.id}")
 
     def _ack(self, origin: str, msg_id: str) -> None:
         if origin == LOCAL:
@@ -331,33 +390,6 @@ class Reliable:
                     for i in range(0, len(ids), ACK_CHUNK):
                         self.e.enqueue(node, codec.encode_control(kind(tuple(ids[i:i + ACK_CHUNK]))))
             pending.clear()
-
-    def _evict(self) -> None:
-        """Forget the oldest handled ids until the window and the reply cache
-        are back under 90 % (ids whose handler still runs are kept)."""
-        seen = self.seen
-        count, size = len(seen), self._reply_bytes
-        victims = []
-        for msg_id, state in seen.items():
-            if count <= DEDUP_WINDOW * 0.9 and size <= REPLY_CACHE_BYTES * 0.9:
-                break
-            if state is _RUNNING:
-                continue
-            victims.append(msg_id)
-            count -= 1
-            size -= len(state)
-        for msg_id in victims:
-            del seen[msg_id]
-        self._reply_bytes = size
-
-
-def _seen_key(msg: Message) -> str:
-    """What the duplicate window remembers a message by: its sending agent
-    and its id. Ids are not secret, but the sender is checked (a node sends
-    only as its own agents; with keys, agent ids belong to keys), so a node
-    that guesses another agent's next id cannot make that message look like
-    a repeat of its own."""
-    return f"{msg.sender}\x00{msg.id}"
 
 
 def _note(pending: dict[str, list[str]], node: str, msg_id: str) -> None:

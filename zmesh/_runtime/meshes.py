@@ -11,6 +11,7 @@ from ..clock import Clock
 from ..errors import TransportError
 from ..liveness import LivenessConfig
 from ..quotas import Quotas
+from ..qos import QosLimits
 from ..security import Security
 from ..transport.base import Transport
 from ..transport.message import MessageTransport
@@ -31,7 +32,7 @@ def _no_names(node_id: str) -> str | None:
 def mesh_config(
     mesh: str, node_id: str, incarnation: str, max_payload: int, liveness: LivenessConfig,
     transport: Transport | MessageTransport, clock: Clock, store: Any, encoder: Any, decoder: Any,
-    security: Security, policy: Any, quotas: Quotas | None = None,
+    security: Security, policy: Any, quotas: Quotas | None = None, qos_limits: QosLimits = QosLimits(),
 ) -> EngineConfig:
     """What a mesh knows of its node: identity, limits, payload hooks, keys and policy."""
     caps = transport.capabilities
@@ -50,6 +51,7 @@ def mesh_config(
         key_of_name=security.trusted.key_of_name if security.trusted is not None else _no_names,
         policy=policy,
         quotas=quotas or Quotas(),
+        qos_limits=qos_limits,
     )
 
 

@@ -37,7 +37,7 @@ COUNTERS = (
     "handled", "handler_errors", "frames_sent", "frames_received", "bytes_sent", "bytes_received",
     "frames_published", "bytes_published", "heartbeats_published", "items_to_departed_peers",
     "events_overflowed", "credit_waits", "credit_reports", "backpressure_waits", "backpressure_timeouts", "unknown_target_waits",
-    "retransmits", "duplicates", "qos_expired", "store_errors",
+    "retransmits", "duplicates", "qos_expired", "unacked_refused", "store_errors",
     "cancels_received", "cancelled_running", "cancelled_waiting", "cancel_refused", "cancel_forgotten",
     "chunks_sent", "chunks_received", "chunks_dropped", "wills_published", "wills_failed",
 )

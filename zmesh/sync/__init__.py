@@ -41,6 +41,7 @@ from ..errors import NodeClosed
 from ..liveness import LivenessConfig
 from ..quotas import Quotas
 from ..observer import Observer
+from ..qos import QosLimits
 from ..registry import Registry
 from ..security import TrustSpec
 from ..store import Store
@@ -106,6 +107,7 @@ class Node:
         settle_timeout: float = 5.0,
         workers: int | None = None,
         store: str | os.PathLike[str] | Store | None = None,
+        qos_limits: QosLimits | None = None,
         port: int = 0,
         pub_port: int = 0,
         encoder: Callable[[Any], Any] | None = None,
@@ -123,7 +125,8 @@ class Node:
             return _node.Node(
                 mesh, name=name, transport=transport, seeds=seeds, interfaces=interfaces, discovery=discovery,
                 clock=clock, max_payload=max_payload, dead_letter_capacity=dead_letter_capacity,
-                liveness=liveness, settle_timeout=settle_timeout, workers=workers, store=store, port=port,
+                liveness=liveness, settle_timeout=settle_timeout, workers=workers, store=store,
+                qos_limits=qos_limits, port=port,
                 pub_port=pub_port, encoder=encoder, decoder=decoder, tracing=tracing, key=key, trusted=trusted,
                 insecure=insecure, policy=policy, block_warning=block_warning, quotas=quotas,
             )
