@@ -99,7 +99,7 @@ def test_record_bytes_per_key_add_up_over_its_nodes() -> None:
 
 
 def test_a_peer_that_sends_records_too_fast_is_cut_off_and_a_steady_one_is_not() -> None:
-    quotas = zmesh.Quotas(records_per_second=10, records_burst=20)
+    quotas = zmesh.Quotas(record_bytes_per_second=10 * 1024, record_bytes_burst=20 * 1024)  # 10 small records/s
     net = Net(plain("a", "a1", quotas=quotas), plain("b", "b1"), plain("c", "c1"))
     for name in ("b", "c"):
         net.connect(name, "a")
@@ -118,7 +118,26 @@ def test_a_peer_that_sends_records_too_fast_is_cut_off_and_a_steady_one_is_not()
         net.pump("b")
     net.deliver_all()
     assert "b" not in a.members.peers and net.joined("a", "c")
-    assert "records faster than records_per_second=10" in _cut_events(net, "a")[0]
+    assert "records faster than record_bytes_per_second=10240" in _cut_events(net, "a")[0]
+    assert any(e.kind == "peer_refused" and e.detail.startswith("over quota: records faster")
+               for _, e in net.events("b"))  # b hears why it was cut off
+    assert b.dropped["cut_off"] == 1
+
+
+def test_a_node_that_subscribes_per_job_as_fast_as_it_can_is_not_cut_off() -> None:
+    net = Net(plain("a", "a1"), plain("b", "b1"))  # the default quotas
+    net.connect("b", "a")
+    net.deliver_all()
+    b = net.engines["b"]
+    for job in range(3000):  # subscribe and unsubscribe a topic per job, each its own frame
+        for subs in (frozenset({f"job.{job}.>"}), frozenset()):
+            b.set_agent("b1", ("work",), subs)
+            b.flush()
+            net.pump("b")
+        if job % 100 == 0:
+            net.deliver_all()
+    net.deliver_all()
+    assert net.joined("a", "b") and net.engines["a"].dropped["over_quota"] == 0
 
 
 def test_quotas_are_checked_up_front() -> None:
@@ -133,7 +152,7 @@ def test_a_burst_of_record_changes_sends_a_few_updates_not_one_each() -> None:
     from zmesh._wire import codec
     from zmesh._wire.control import UPDATE
 
-    quotas = zmesh.Quotas(records_burst=20, records_per_second=1)
+    quotas = zmesh.Quotas(record_bytes_burst=200 * 1024, record_bytes_per_second=1024)  # one UPDATE each: ~10 MB
     net = Net(plain("a", "a1", quotas=quotas), plain("b", "b1"))
     net.connect("b", "a")
     net.deliver_all()

@@ -44,9 +44,12 @@ if TYPE_CHECKING:
     from .members import Members, Peer
 
 __all__ = ["claim", "claim_window", "tick_claims", "make_room", "second_hand_full", "wait", "fill", "refuse",
-           "mesh_refusal", "on_refuse", "within_quotas"]
+           "mesh_refusal", "on_refuse", "within_quotas", "on_cut_off", "OVER_QUOTA"]
 
 log = logging.getLogger("zmesh")
+
+#: How a BYE that cuts a peer off begins (the rest says which quota).
+OVER_QUOTA = "over quota"
 
 
 def claim_window(liveness: LivenessConfig) -> float:
@@ -229,8 +232,21 @@ def within_quotas(members: Members, record: NodeRecord, public_key: str | None, 
     if not cut:
         _answer(members, record, "over quota")
         return None
-    bye = join_frame([encode_control(Bye("over quota"))])
+    bye = join_frame([encode_control(Bye(f"{OVER_QUOTA}: {why}"))])
     for peer in cut:
         e.out((SEND, peer.link, bye))
         members.remove(peer, "bye", detail, now)
     return None
+
+
+def on_cut_off(members: Members, peer: Peer, reason: str) -> None:
+    """``peer`` told us BYE because we went over one of its quotas: say so
+    (an error, once per peer) and report it, or it would look like a node
+    that left and a seed that stopped answering."""
+    e = members.e
+    e.dropped["cut_off"] += 1
+    if (peer.node_id, "cut_off") not in e.logged_drops and len(e.logged_drops) < MAX_LOGGED_DROPS:
+        e.logged_drops.add((peer.node_id, "cut_off"))
+        log.error("zmesh %s: node %s cut us off: %s (its quotas: see docs/security.md, Quotas)",
+                  e.node_id, printable(peer.node_id), printable(reason))
+    e.out((EVENT, MeshEvent("peer_refused", peer.node_id, detail=reason)))

@@ -418,6 +418,9 @@ class Members:
             self.accept_record(peer, record)
             e.ledger.accepted(peer.node_id, size)
         elif cls is Bye:
+            assert isinstance(item, Bye)
+            if item.reason.startswith(admission.OVER_QUOTA):
+                admission.on_cut_off(self, peer, item.reason)
             self.remove(peer, "bye", "left", now)
         elif cls is Credit:
             assert isinstance(item, Credit)

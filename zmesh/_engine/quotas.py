@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import msgpack
 
-from ..quotas import Quotas
+from ..quotas import RECORD_MIN_COST, Quotas
 from ..registry import NodeRecord
 
 __all__ = ["Ledger", "record_size", "MAX_BANNED"]
@@ -27,7 +27,7 @@ class Ledger:
     def __init__(self, quotas: Quotas) -> None:
         self.quotas = quotas
         self.sizes: dict[str, int] = {}  # peer node id -> the size of its record
-        # peer node id -> [records left, bytes left, when last refilled]
+        # peer node id -> [bytes left, when last refilled]
         self._buckets: dict[str, list[float]] = {}
         self._banned: dict[str, float] = {}  # key (keyless: node id) -> refused until
 
@@ -70,19 +70,15 @@ class Ledger:
         q = self.quotas
         bucket = self._buckets.get(node_id)
         if bucket is None:
-            bucket = self._buckets[node_id] = [float(q.records_burst), float(q.record_bytes_burst), now]
+            bucket = self._buckets[node_id] = [float(q.record_bytes_burst), now]
         else:
-            elapsed = max(0.0, now - bucket[2])
-            bucket[0] = min(float(q.records_burst), bucket[0] + elapsed * q.records_per_second)
-            bucket[1] = min(float(q.record_bytes_burst), bucket[1] + elapsed * q.record_bytes_per_second)
-            bucket[2] = now
-        bucket[0] -= 1
-        bucket[1] -= size
+            elapsed = max(0.0, now - bucket[1])
+            bucket[0] = min(float(q.record_bytes_burst), bucket[0] + elapsed * q.record_bytes_per_second)
+            bucket[1] = now
+        bucket[0] -= max(size, RECORD_MIN_COST)
         if bucket[0] < 0:
-            return f"records faster than records_per_second={q.records_per_second} (burst {q.records_burst})"
-        if bucket[1] < 0:
-            return (f"record bytes faster than record_bytes_per_second={q.record_bytes_per_second} "
-                    f"(burst {q.record_bytes_burst})")
+            return (f"records faster than record_bytes_per_second={q.record_bytes_per_second:g} "
+                    f"(burst {q.record_bytes_burst}; each counts at least {RECORD_MIN_COST} bytes)")
         return None
 
     def accepted(self, node_id: str, size: int) -> None:
