@@ -354,11 +354,14 @@ class Reliable:
     def done(self, origin: str, msg: Message, reply: bytes = DONE) -> None:
         """The handler of ``msg`` (qos >= 1) finished; ``reply``: the encoded reply of
         a request (which :meth:`record` wrote before it was queued)."""
-        window = self.seen.windows.get(msg.sender)
+        seen = self.seen
+        window = seen.windows.get(msg.sender)
         if not reply and window is not None and window.get(msg.id) is RUNNING:
             window[msg.id] = DONE  # inline: Dedup.finish, for a one-way message taken here
+            if len(window) > seen.window_limit or seen.count > seen.total_limit:
+                seen.evict(msg.sender, window)  # it grew past them while its ids all ran
         else:
-            self.seen.finish(msg.sender, msg.id, reply)
+            seen.finish(msg.sender, msg.id, reply)
         if not reply:
             if msg.qos >= 2 and self.store is not None:
                 self.record(msg)
