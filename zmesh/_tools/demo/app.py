@@ -163,7 +163,14 @@ async def _story(node: Node, agents: _Agents, say: _Narrator) -> None:
     _check(reply.payload["accepted"], "handoff to researcher was refused")
     say.timed("handoff", "planner -> researcher", "research-backlog", ms, "accepted")
 
-    status = (await console.request("writer", "status", timeout=5)).payload
+    # The broadcast and the note travel apart from this request (the publisher's socket, the
+    # planner's link): on a loaded machine they may come after it, so ask until they are in.
+    deadline = time.monotonic() + 5
+    while True:
+        status = (await console.request("writer", "status", timeout=5)).payload
+        if (status["findings"] and status["notes"]) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
     _check(status["findings"] and status["notes"], f"writer state incomplete: {status}")
     say.detail(f"writer got the broadcast {status['findings']} and the note {status['notes']}")
 
