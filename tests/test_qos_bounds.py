@@ -89,6 +89,21 @@ def test_replies_are_bounded_and_the_biggest_replier_loses_first(small: None) ->
 # -- in the engine ---------------------------------------------------------------------
 
 
+def test_engine_a_window_that_grew_while_its_handlers_ran_shrinks_when_they_return(small: None) -> None:
+    net = Net(make_engine("a", agents=("a1",)), make_engine("b", agents=("b1",)))
+    net.connect("a", "b")
+    net.deliver_all()
+    a, b = net.engines["a"], net.engines["b"]
+    for i in range(300):
+        a.send(Message(sender="a1", target="b1", topic="work", payload=i, qos=1, timestamp=WALL))
+    net.pump("a")
+    net.deliver_all()
+    assert len(b.reliable.seen) == 300  # all running: none may be forgotten
+    for seen in net.effects("b", fx.DELIVER):
+        b.handled(seen.effect[4], seen.effect[2])
+    assert len(b.reliable.seen) <= 100
+
+
 def test_engine_a_flood_from_one_node_leaves_another_nodes_repeat_recognised(small: None) -> None:
     net = Net(make_engine("a", agents=("a1",)), make_engine("b", agents=("b1",)), make_engine("c", agents=("c1",)))
     net.connect("b", "a")

@@ -16,10 +16,9 @@ past its ttl: that node either handles it or finds it expired when it takes
 it, and acknowledges either way (dead-lettering it there), so ``expired``
 here always means it was never taken.
 
-What is kept is bounded (:class:`zmesh.QosLimits`): a ttl is at most
-``max_ttl`` (no ttl means that one), and a one-way message past the
-unacknowledged messages or bytes allowed per target agent or per sending
-agent is refused with Backpressure, nothing kept.
+What is kept is bounded (:class:`zmesh.QosLimits`, :mod:`.unacked`): a ttl
+is at most ``max_ttl``, and what is unacknowledged per target agent and per
+sending agent.
 
 Receiver side: every ``qos >= 1`` message id is remembered in its sending
 agent's bounded window (:mod:`.dedup`), so a handler sees each message once
@@ -163,8 +162,7 @@ class Reliable:
         if not self.out:
             self.e.out((ACKED,))
 
-    def _forget(self, entry: _Out) -> None:
-        """``entry`` left ``out`` (or is replaced there): uncount it."""
+    def _forget(self, entry: _Out) -> None:  # ``entry`` left ``out``, or is replaced there
         self.out_bytes -= len(entry.item)
         if self.unacked_by.active and not entry.request:
             self._uncount(entry)
@@ -359,7 +357,7 @@ class Reliable:
         if not reply and window is not None and window.get(msg.id) is RUNNING:
             window[msg.id] = DONE  # inline: Dedup.finish, for a one-way message taken here
             if len(window) > seen.window_limit or seen.count > seen.total_limit:
-                seen.evict(msg.sender, window)  # it grew past them while its ids all ran
+                seen.evict(msg.sender, window)  # it grew past them while all of it was running
         else:
             seen.finish(msg.sender, msg.id, reply)
         if not reply:
