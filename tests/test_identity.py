@@ -19,6 +19,7 @@ from zmesh._engine import Engine, EngineConfig
 from zmesh._engine import effects as fx
 from zmesh._engine.identity import MAX_BOUND_NAMES, parse_policy
 from zmesh.message import Message
+from zmesh.registry import NodeRecord
 from zmesh._wire import codec
 from zmesh._wire.names import node_address
 from zmesh.security import keygen, load_key
@@ -469,3 +470,23 @@ def test_ready_markers_are_bounded_per_key_and_forgotten_in_time() -> None:
     assert a.dropped["wrong_key"] == 1
     a.tick(net.now + READY_PATIENCE + 1)
     assert a.members.ready_keys == {}
+
+
+def test_a_big_record_against_a_full_claims_table_looks_at_each_claim_once() -> None:
+    from zmesh._engine.identity import MAX_CLAIMED_AGENTS
+
+    net = joined_pair()
+    identity = net.engines["a"].identity
+    identity.agents = {f"old-{i}": "k-old" for i in range(MAX_CLAIMED_AGENTS)}
+    asked: list[str] = []
+
+    def held(agent_id: str) -> bool:
+        asked.append(agent_id)
+        return not agent_id.endswith("7")  # a tenth of the old ids are hosted no more
+
+    big = NodeRecord("n", "0001", "lab", 1, "tcp://n:1", "tcp://n:2", agents={f"new-{i}": () for i in range(10_000)})
+    identity.bind("k", big, held, {})
+    assert len(asked) <= MAX_CLAIMED_AGENTS  # one pass, not one per new id
+    assert len(identity.agents) == MAX_CLAIMED_AGENTS
+    assert sum(1 for k in identity.agents.values() if k == "k") == sum(1 for i in range(MAX_CLAIMED_AGENTS)
+                                                                         if str(i).endswith("7"))

@@ -172,13 +172,14 @@ class Identities:
             if len(names) < MAX_BOUND_NAMES:
                 names[node_id] = public_key
         claimed = self.agents
-        for agent_id in record.agents:
-            if agent_id in claimed:
-                continue
-            if len(claimed) >= MAX_CLAIMED_AGENTS:
-                _forget_one(claimed, held)
-                if len(claimed) >= MAX_CLAIMED_AGENTS:
-                    return  # every id is hosted: the rest stay unclaimed (first come, later)
+        new = [agent_id for agent_id in record.agents if agent_id not in claimed]
+        short = len(claimed) + len(new) - MAX_CLAIMED_AGENTS
+        if short > 0:
+            # One pass over the oldest, not one per id: a record of 10,000 new ids
+            # against a full table of hosted ones scanned it 10,000 times.
+            _forget(claimed, held, short)
+        room = MAX_CLAIMED_AGENTS - len(claimed)
+        for agent_id in new[:room]:  # if every id is hosted, the rest stay unclaimed (first come, later)
             claimed[agent_id] = public_key
 
     def forget_key(self, public_key: str) -> None:
@@ -198,7 +199,16 @@ def _union(rules: list[Rule]) -> Rule:
 
 def _forget_one(bound: dict[str, str], in_use: Callable[[str], bool]) -> None:
     """Forget the oldest entry not in use (if any)."""
+    _forget(bound, in_use, 1)
+
+
+def _forget(bound: dict[str, str], in_use: Callable[[str], bool], count: int) -> None:
+    """Forget the ``count`` oldest entries not in use (fewer if there are not so many)."""
+    victims = []
     for name in bound:
         if not in_use(name):
-            del bound[name]
-            return
+            victims.append(name)
+            if len(victims) >= count:
+                break
+    for name in victims:
+        del bound[name]
