@@ -44,6 +44,7 @@ from typing import Any, Callable
 from .._engine.config import SILENT_DETAIL
 from .._wire.names import node_address
 from ..message import CANCELLED_REQUESTS, Message
+from .eager import EagerTask
 
 __all__ = ["CANCEL_TOPIC", "WATCH_TOPIC", "STARTED_TOPIC", "Cancellations", "RequestId", "node_message",
            "request_ids", "request_id", "MAX_IDS", "EARLY_TTL", "MAX_EARLY", "linger"]
@@ -222,7 +223,7 @@ class Cancellations:
         self.stopped[key] = now
         self.stats["cancelled_running"] += 1
         CANCELLED_REQUESTS.add(key)
-        if isinstance(running, asyncio.Task):
+        if isinstance(running, (asyncio.Task, EagerTask)):  # (a pool thread cannot be stopped: msg.cancelled tells it)
             running.cancel()
 
     def _keep(self, kept: dict[RequestId, tuple[str, float]], corr: RequestId, by: str, now: float) -> None:
