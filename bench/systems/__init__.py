@@ -17,6 +17,7 @@ __all__ = ["BASELINE", "DEFAULT", "REGISTRY", "load_class", "load_module"]
 
 REGISTRY: dict[str, str] = {
     "zmesh": "bench.systems.zmesh_mesh:ZmeshMesh",
+    "zmesh-async": "bench.systems.zmesh_mesh:ZmeshAsync",
     "zmesh-qos1": "bench.systems.zmesh_mesh:ZmeshQos1",
     "zmesh-curve": "bench.systems.zmesh_mesh:ZmeshCurve",
     "zmesh-inproc": "bench.systems.zmesh_inproc:ZmeshInproc",
