@@ -403,6 +403,13 @@ def _version(python: str) -> str:
         return "?"
 
 
+def _loadavg() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except OSError:
+        return "?"
+
+
 def _note(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -426,6 +433,7 @@ def run(ns: argparse.Namespace, base: Tree, head: Tree, shim: Path) -> dict[str,
         notes: dict[str, set[str]] = {"base": set(), "head": set()}
         values: dict[str, list[dict[str, float | None]]] = {name: [] for name in names}
         started = time.monotonic()
+        load_before = _loadavg()
         for r in range(ns.rounds):
             for name in names:
                 w = WORKLOADS[name]
@@ -448,7 +456,9 @@ def run(ns: argparse.Namespace, base: Tree, head: Tree, shim: Path) -> dict[str,
                 _note(f"Python {version} round {r + 1}/{ns.rounds} {name}: BASE {_fmt(b, w.unit)} "
                       f"HEAD {_fmt(h, w.unit)} {w.unit} ({ratio})")  # fmt: skip
         summaries = [summarise(WORKLOADS[name], pairs[name], ns.band) for name in names]
-        print(f"\nPython {version} ({python}), {time.monotonic() - started:.0f} s:")
+        load_after = _loadavg()
+        print(f"\nPython {version} ({python}), {time.monotonic() - started:.0f} s, "
+              f"load average (1 min) {load_before} before, {load_after} after:")
         print(table(summaries))
         for side, tree in (("base", base), ("head", head)):
             for text in sorted(notes[side]):
@@ -461,6 +471,7 @@ def run(ns: argparse.Namespace, base: Tree, head: Tree, shim: Path) -> dict[str,
         sys.stdout.flush()
         doc["pythons"].append({
             "python": python, "version": version, "runs": values,
+            "loadavg_1min": [load_before, load_after],
             "summaries": [s.__dict__ for s in summaries],
             "errors": errors, "notes": {k: sorted(v) for k, v in notes.items()},
         })  # fmt: skip
