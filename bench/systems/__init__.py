@@ -40,7 +40,7 @@ REGISTRY: dict[str, str] = {
 
 #: Systems run when ``--systems`` is not given (the others run only by name).
 DEFAULT: tuple[str, ...] = (
-    "zmesh", "zmesh-qos1", "zmesh-inproc", "zmq", "zmq-batch32", "nats", "jetstream", "mqtt", "mqtt-qos1", "redis",
+    "zmesh", "zmesh-async", "zmesh-qos1", "zmesh-inproc", "zmq", "zmq-batch32", "nats", "jetstream", "mqtt", "mqtt-qos1", "redis",
 )  # fmt: skip
 
 #: The system the table's ratios are relative to.
