@@ -96,7 +96,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
         prog="python -m bench",
         description="Side-by-side one-way throughput, request/reply RTT and fan-out on 127.0.0.1.",
     )
-    p.add_argument("--quick", action="store_true", help="small counts: the whole run in about three minutes")
+    p.add_argument("--quick", action="store_true", help="small counts: the whole run in three to four minutes")
     p.add_argument(
         "--systems",
         default=",".join(DEFAULT),
