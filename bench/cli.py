@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .envelope import encode
-from .report import SystemResult, fill_spread, ratios, table, write_chart, write_json
+from .report import ATTR, METRICS, SystemResult, fill_spread, more_table, ratios, table, write_chart, write_json
 from .systems import BASELINE, DEFAULT, REGISTRY, load_class
 from .roles import PACE_EVERY
 from .systems.base import WORKLOADS, Sizes, System
@@ -27,8 +27,9 @@ from .targets import evaluate, format_targets, format_vs
 SCALE_N = (10, 25, 50)
 
 QUICK = Sizes(
-    throughput_n=20_000, rtt_n=1_000, fanout_n=5_000, warmup=1_000, rtt_warmup=200, timeout=60.0, repeat=3
-)
+    throughput_n=20_000, rtt_n=1_000, fanout_n=5_000, warmup=1_000, rtt_warmup=200, timeout=60.0, repeat=3,
+    paced_n=5_000, inflight_n=10_000, payload_64k_n=1_000, payload_1m_n=100,
+)  # fmt: skip
 FULL = Sizes(
     throughput_n=200_000,
     rtt_n=10_000,
@@ -37,6 +38,10 @@ FULL = Sizes(
     rtt_warmup=1_000,
     timeout=300.0,
     repeat=3,
+    paced_n=50_000,
+    inflight_n=100_000,
+    payload_64k_n=10_000,
+    payload_1m_n=1_000,
 )
 
 
@@ -91,7 +96,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
         prog="python -m bench",
         description="Side-by-side one-way throughput, request/reply RTT and fan-out on 127.0.0.1.",
     )
-    p.add_argument("--quick", action="store_true", help="small counts: whole run in under a minute")
+    p.add_argument("--quick", action="store_true", help="small counts: the whole run in three to four minutes")
     p.add_argument(
         "--systems",
         default=",".join(DEFAULT),
@@ -139,6 +144,10 @@ def _sizes(ns: argparse.Namespace) -> Sizes:
         rtt_warmup=base.rtt_warmup,
         timeout=base.timeout,
         repeat=max(1, ns.repeat or base.repeat),
+        paced_n=base.paced_n,
+        inflight_n=base.inflight_n,
+        payload_64k_n=base.payload_64k_n,
+        payload_1m_n=base.payload_1m_n,
     )
 
 
@@ -153,7 +162,7 @@ def _select(spec: str, known: Sequence[str], what: str) -> list[str]:
 def _fmt(workload: str, value: Any) -> str:
     if value is None:
         return "n/a"
-    if workload == "rtt":
+    if isinstance(value, (tuple, list)):
         return f"p50 {value[0]:,.0f} us, p99 {value[1]:,.0f} us"
     return f"{value:,.0f}/s"
 
@@ -164,25 +173,17 @@ def _median(values: list[float]) -> float:
 
 def _runner(system: System, workload: str, sizes: Sizes) -> Callable[[], Any]:
     """One run of *workload* on *system*."""
-    if workload == "throughput":
-        return lambda: system.throughput(sizes.throughput_n)
-    if workload == "rtt":
-        return lambda: system.rtt(sizes.rtt_n)
-    return lambda: system.fanout(sizes.fanout_n, sizes.subscribers)
+    return lambda: system.measure(workload, sizes.count(workload))
 
 
 def _record(res: SystemResult, workload: str, values: list[Any]) -> None:
-    """Store every repeat's value and the medians of one workload."""
+    """Store every repeat's value and the medians of one workload (each of its metrics)."""
     if not values or workload in res.errors:
         return
     res.runs[workload] = [list(v) if isinstance(v, tuple) else v for v in values]
-    if workload == "rtt":
-        res.rtt_p50_us = _median([v[0] for v in values])
-        res.rtt_p99_us = _median([v[1] for v in values])
-    elif workload == "throughput":
-        res.throughput_msgs_per_s = _median(values)
-    elif workload == "fanout":
-        res.fanout_deliveries_per_s = _median(values)
+    for metric, (w, index) in METRICS.items():
+        if w == workload:
+            setattr(res, ATTR[metric], _median([v[index] if index is not None else v for v in values]))
     fill_spread(res)
 
 
@@ -383,8 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = "quick" if ns.quick else "full"
     print(
         f"bench ({mode}): one-way n={sizes.throughput_n:,}, RTT n={sizes.rtt_n:,}, "
-        f"fan-out n={sizes.fanout_n:,} x {sizes.subscribers} subscribers; envelope {len(encode(0))} bytes; "
-        f"median of {sizes.repeat} run(s) each, interleaved",
+        f"fan-out n={sizes.fanout_n:,} x {sizes.subscribers} subscribers, paced n={sizes.paced_n:,}, "
+        f"64 in flight n={sizes.inflight_n:,}, 64 KiB n={sizes.payload_64k_n:,}, 1 MiB n={sizes.payload_1m_n:,}; "
+        f"envelope {len(encode(0))} bytes; median of {sizes.repeat} run(s) each, interleaved",
         file=sys.stderr,
     )
     load_before = _loadavg()
@@ -442,6 +444,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(CLOCK_MONOTONIC, same host); after a warm-up the receiver counts and discards",
             "rtt": "one request at a time, encode -> reply decoded, p50/p99 nearest rank, after warm-up",
             "fanout": "subscribers x n deliveries / (publisher start -> last subscriber's n-th envelope)",
+            "paced": "as throughput, the sender yielding to its event loop (asyncio.sleep(0)) after every send",
+            "inflight64": "n requests / (first timed request -> last reply), 64 outstanding all along",
+            "payload-64k": "as throughput, every data envelope 65,536 bytes",
+            "payload-1m": "as throughput, every data envelope 1,048,576 bytes",
+            "rtt-loaded": "as rtt, while a second sender floods an agent on the echo server's node",
         },
     }
     out: Path = ns.out
@@ -450,6 +457,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(table(results, BASELINE, sizes.subscribers))
     print()
+    more = more_table(results, BASELINE)
+    if more:
+        print(more)
+        print()
     if any(r.key.startswith("zmesh") and not r.skipped for r in results):
         print(format_vs(results, "nats"))
         print()

@@ -35,36 +35,53 @@ _TAG: Final = os.urandom(5).hex()
 _PAYLOAD: Final = {"text": "summarise findings", "step": 0}
 
 
-def encode(seq: int, kind: str = "data", correlation_id: str = "") -> bytes:
+def encode(seq: int, kind: str = "data", correlation_id: str = "", size: int = 0) -> bytes:
     """Build and pack envelope number *seq* (see :func:`encode_with_id`)."""
-    return encode_with_id(seq, kind, correlation_id)[1]
+    return encode_with_id(seq, kind, correlation_id, size)[1]
 
 
-def encode_with_id(seq: int, kind: str = "data", correlation_id: str = "") -> tuple[str, bytes]:
+def encode_with_id(seq: int, kind: str = "data", correlation_id: str = "", size: int = 0) -> tuple[str, bytes]:
     """Build and pack envelope number *seq*; return ``(msg_id, packed)``.
 
     The id layout mimics a real mesh id: 12 hex digits of milliseconds,
     10 per-process random hex digits and a 6-digit counter (28 chars).
     ``correlation_id`` is empty for one-way data and carries the request's
     28-char id on requests and replies (those are 28 bytes bigger).
+    With ``size`` (bytes, above the ~200 of the plain envelope) the
+    envelope also carries a ``blob`` of random bytes (made once per
+    process and size) so that it packs to *size* bytes: the large-payload
+    workloads (64 KiB, 1 MiB).
     """
     ts = time.time()
     msg_id = f"{int(ts * 1000):012x}{_TAG}{seq & 0xFFFFFF:06x}"
-    packed = msgpack.packb(
-        {
-            "msg_id": msg_id,
-            "type": kind,
-            "sender": "agent.planner-01",
-            "target": "agent.worker-07",
-            "topic": "tasks.summarise",
-            "priority": 3,
-            "qos": 0,
-            "timestamp": ts,
-            "correlation_id": correlation_id,
-            "payload": _PAYLOAD,
-        }
-    )
-    return msg_id, packed
+    env: dict[str, Any] = {
+        "msg_id": msg_id,
+        "type": kind,
+        "sender": "agent.planner-01",
+        "target": "agent.worker-07",
+        "topic": "tasks.summarise",
+        "priority": 3,
+        "qos": 0,
+        "timestamp": ts,
+        "correlation_id": correlation_id,
+        "payload": _PAYLOAD,
+    }
+    if size:
+        env["blob"] = _blob(size)
+    return msg_id, msgpack.packb(env)
+
+
+_BLOBS: dict[int, bytes] = {}
+
+
+def _blob(size: int) -> bytes:
+    """Random bytes that bring a packed data envelope to *size* bytes (cached per size)."""
+    blob = _BLOBS.get(size)
+    if blob is None:
+        room = size - len(encode(0, "data")) - len(msgpack.packb("blob"))
+        room -= 2 if room < 0x100 + 2 else 3 if room < 0x10000 + 3 else 5  # the bin8/16/32 header
+        blob = _BLOBS[size] = os.urandom(max(0, room))
+    return blob
 
 
 def decode(frame: bytes) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Orchestrator side: peer processes, broker servers, and the two measurements.
+"""Orchestrator side: peer processes, broker servers, and the measurements.
 
 Peers run as ``python -m bench.peers <system> <role> <json-args>`` in their
 own OS processes. Every wait here has a deadline, and every process started
@@ -34,6 +34,7 @@ __all__ = [
     "StreamOutcome",
     "free_port",
     "run_rtt",
+    "run_rtt_loaded",
     "run_stream",
     "wait_port",
 ]
@@ -309,3 +310,31 @@ def run_rtt(system: str, args: dict[str, Any], n: int, warmup: int, timeout: flo
         client = group.start(system, "client", common, f"{system} client")  # starts up meanwhile
         client.send("PEERS " + json.dumps(server.expect("READY", deadline)))
         return client.expect("RESULT", deadline)
+
+
+def run_rtt_loaded(system: str, args: dict[str, Any], n: int, warmup: int, timeout: float) -> dict[str, Any]:
+    """:func:`run_rtt` while a ``flooder`` peer floods the echo server's node.
+
+    The echo peer gets ``args["workload"] == "rtt-loaded"`` and hosts a sink
+    for the flood beside the echo agent (it names that sink ``flood_agent``
+    in its READY); the flooder joins it, starts at GO and says WARM once it
+    is flooding; only then does the client join and do its warmup + n round
+    trips. The flooder reports at STOP what it sent: the result is the
+    client's, with ``flood_rate`` (msgs/s the node took meanwhile) added.
+    """
+    deadline = Deadline(timeout + _GRACE)
+    common = dict(args, n=n, warmup=warmup, timeout=timeout)
+    with PeerGroup() as group:
+        server = group.start(system, "echo", common, f"{system} echo")
+        flooder = group.start(system, "flooder", common, f"{system} flooder")
+        client = group.start(system, "client", common, f"{system} client")  # starts up meanwhile
+        info = server.expect("READY", deadline)
+        flooder.send("PEERS " + json.dumps([info]))
+        flooder.expect("READY", deadline)
+        flooder.send("GO")
+        flooder.expect("WARM", deadline)
+        client.send("PEERS " + json.dumps(info))
+        res = client.expect("RESULT", deadline)
+        flooder.send("STOP")
+        flood = flooder.expect("RESULT", deadline)
+    return dict(res, flood_rate=float(flood["rate"]), flood_sent=int(flood["sent"]))

@@ -105,20 +105,22 @@ async def _main(args: dict[str, Any]) -> None:
         hb = float(args["heartbeat"])
         kwargs["liveness"] = zmesh.LivenessConfig(heartbeat=hb, evasive_after=3 * hb, expire_after=6 * hb)
     fresh = zmesh.Node(args["mesh"], name=args["name"], **kwargs)
-    direct, published = fresh.on_direct_frame, fresh.on_pub_frame
+    # The transport's host: the node itself in older trees, its runtime mesh (a Driver) since the split.
+    host: Any = fresh if hasattr(fresh, "on_direct_frame") else fresh._mesh
+    direct, published = host.on_direct_frame, host.on_pub_frame
 
-    def on_direct(key: str, frame: bytes) -> None:
+    def on_direct(key: str, frame: bytes, *rest: Any) -> None:
         rx["direct_frames"] += 1
         rx["direct_bytes"] += len(frame)
-        direct(key, frame)
+        direct(key, frame, *rest)
 
-    def on_pub(frame: bytes) -> None:
+    def on_pub(frame: bytes, *rest: Any) -> None:
         rx["pub_frames"] += 1
         rx["pub_bytes"] += len(frame)
-        published(frame)
+        published(frame, *rest)
 
-    fresh.on_direct_frame = on_direct  # type: ignore[method-assign]
-    fresh.on_pub_frame = on_pub  # type: ignore[method-assign]
+    host.on_direct_frame = on_direct
+    host.on_pub_frame = on_pub
 
     t_start = time.monotonic()
     async with fresh as started:

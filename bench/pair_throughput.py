@@ -1,6 +1,6 @@
 """zmesh one-way throughput between two processes, for comparing two trees.
 
-    PYTHONPATH=<tree> python -m bench.pair_throughput N [profile-prefix]
+    PYTHONPATH=<tree> python bench/pair_throughput.py N [profile-prefix]
 
 Spawns a sink and a source process (like ``python -m bench``'s zmesh
 throughput), sends N messages and prints msg/s plus each side's CPU time and
@@ -14,10 +14,13 @@ Interleave rounds (old, new, old, new, ...) and compare medians: e.g.
 the QoS 0 regression check of the reliability issue used 5 rounds of
 N = 200,000 against a clean 7bf4ab1 worktree.
 """
-import asyncio, os, sys, time, subprocess, json, cProfile, pstats, inspect
+import asyncio, os, sys, time, subprocess, json, cProfile, inspect, importlib.util
 os.environ["ZMESH_INTERFACES"] = "127.0.0.1"
-# bench.envelope comes from PYTHONPATH
-from bench.envelope import encode, decode
+# The envelope of this checkout, by its path: PYTHONPATH holds the tree under test,
+# which need not have a bench/ (or may have an older one).
+_spec = importlib.util.spec_from_file_location("_bench_envelope", os.path.join(os.path.dirname(os.path.abspath(__file__)), "envelope.py"))
+_envelope = importlib.util.module_from_spec(_spec); _spec.loader.exec_module(_envelope)
+encode, decode = _envelope.encode, _envelope.decode
 
 KW = {"interfaces": "local", "discovery": False}
 

@@ -1,7 +1,8 @@
 """Entry point of a peer process: ``python -m bench.peers <system> <role> <json-args>``.
 
 Roles: ``sink`` and ``source`` (one-way and fan-out streams), ``echo`` and
-``client`` (request/reply), and ``solo`` (a whole measurement inside one
+``client`` (request/reply), ``flooder`` (one-way traffic to the echo
+server's node while a client measures, ``rtt-loaded``), and ``solo`` (a whole measurement inside one
 process, for in-process systems such as ``zmesh-inproc``; it reports one
 ``RESULT``). A ``source`` or ``client`` is started together
 with the other side and first waits for its ``PEERS`` line, which becomes
@@ -20,7 +21,7 @@ import traceback
 from .control import Control
 from .systems import REGISTRY, load_module
 
-ROLES = ("sink", "source", "echo", "client", "solo")
+ROLES = ("sink", "source", "echo", "client", "solo", "flooder")
 
 
 def main(argv: list[str]) -> int:
@@ -35,7 +36,7 @@ def main(argv: list[str]) -> int:
     ctl = Control(float(args.get("timeout", 60.0)))
     try:
         module = load_module(system)  # import while the orchestrator readies the other side
-        if role == "source":
+        if role in ("source", "flooder"):
             args["sinks"] = ctl.wait_peers()
         elif role == "client":
             args["server"] = ctl.wait_peers()

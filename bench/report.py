@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["METRICS", "SystemResult", "fill_spread", "metric_values", "ratios", "spread", "table", "write_chart", "write_json"]
+__all__ = ["ATTR", "METRICS", "SystemResult", "fill_spread", "metric_values", "more_table", "ratios", "spread",
+           "table", "write_chart", "write_json"]
 
 #: metric -> (workload, index into an RTT run's (p50, p99) or None)
 METRICS: dict[str, tuple[str, int | None]] = {
@@ -15,6 +16,25 @@ METRICS: dict[str, tuple[str, int | None]] = {
     "rtt_p50": ("rtt", 0),
     "rtt_p99": ("rtt", 1),
     "fanout": ("fanout", None),
+    "paced": ("paced", None),
+    "inflight64": ("inflight64", None),
+    "payload_64k": ("payload-64k", None),
+    "payload_1m": ("payload-1m", None),
+    "rtt_loaded_p50": ("rtt-loaded", 0),
+    "rtt_loaded_p99": ("rtt-loaded", 1),
+}
+#: metric -> the SystemResult attribute holding its median
+ATTR: dict[str, str] = {
+    "throughput": "throughput_msgs_per_s",
+    "rtt_p50": "rtt_p50_us",
+    "rtt_p99": "rtt_p99_us",
+    "fanout": "fanout_deliveries_per_s",
+    "paced": "paced_msgs_per_s",
+    "inflight64": "inflight64_req_per_s",
+    "payload_64k": "payload_64k_msgs_per_s",
+    "payload_1m": "payload_1m_msgs_per_s",
+    "rtt_loaded_p50": "rtt_loaded_p50_us",
+    "rtt_loaded_p99": "rtt_loaded_p99_us",
 }
 
 
@@ -31,6 +51,12 @@ class SystemResult:
     rtt_p50_us: float | None = None
     rtt_p99_us: float | None = None
     fanout_deliveries_per_s: float | None = None
+    paced_msgs_per_s: float | None = None  # one-way, a yield after every send
+    inflight64_req_per_s: float | None = None  # requests/s with 64 outstanding
+    payload_64k_msgs_per_s: float | None = None  # one-way, 64 KiB envelopes
+    payload_1m_msgs_per_s: float | None = None  # one-way, 1 MiB envelopes
+    rtt_loaded_p50_us: float | None = None  # RTT while a second sender floods the echo's node
+    rtt_loaded_p99_us: float | None = None
     errors: dict[str, str] = field(default_factory=dict)  # workload -> error text
     seconds: dict[str, float] = field(default_factory=dict)  # workload -> wall time of all its runs
     runs: dict[str, list[Any]] = field(default_factory=dict)  # workload -> every repeat's value
@@ -59,8 +85,8 @@ def fill_spread(r: SystemResult) -> None:
 
 
 def ratios(results: list[SystemResult], baseline: str) -> dict[str, dict[str, float | None]]:
-    """Per system: throughput and fan-out as a multiple of the baseline's
-    (``>1`` is faster), RTT p50 and p99 as a multiple of the baseline's (``>1`` is slower)."""
+    """Per system and metric (:data:`METRICS`): the median as a multiple of the baseline's
+    (rates: ``>1`` is faster; RTTs: ``>1`` is slower)."""
     base = next((r for r in results if r.key == baseline), None)
 
     def div(a: float | None, b: float | None) -> float | None:
@@ -68,12 +94,7 @@ def ratios(results: list[SystemResult], baseline: str) -> dict[str, dict[str, fl
 
     out: dict[str, dict[str, float | None]] = {}
     for r in results:
-        out[r.key] = {
-            "throughput": div(r.throughput_msgs_per_s, base.throughput_msgs_per_s if base else None),
-            "rtt_p50": div(r.rtt_p50_us, base.rtt_p50_us if base else None),
-            "rtt_p99": div(r.rtt_p99_us, base.rtt_p99_us if base else None),
-            "fanout": div(r.fanout_deliveries_per_s, base.fanout_deliveries_per_s if base else None),
-        }
+        out[r.key] = {m: div(getattr(r, a), getattr(base, a) if base else None) for m, a in ATTR.items()}
     return out
 
 
@@ -145,6 +166,49 @@ def table(results: list[SystemResult], baseline: str, subscribers: int) -> str:
         for workload, err in r.errors.items():
             out.append(f"  {r.label} {workload} error: {err}")
     return "\n".join(out)
+
+
+#: The second table: (heading, metric, unit digits) of the workloads beyond the main three.
+MORE: tuple[tuple[str, str, int], ...] = (
+    ("paced msg/s", "paced", 0),
+    ("64 in flight req/s", "inflight64", 0),
+    ("64 KiB msg/s", "payload_64k", 0),
+    ("1 MiB msg/s", "payload_1m", 0),
+    ("RTT flooded p50 us", "rtt_loaded_p50", 1),
+    ("p99 us", "rtt_loaded_p99", 1),
+)
+
+
+def more_table(results: list[SystemResult], baseline: str) -> str:
+    """The workloads beyond the main three, for the systems that ran any ("" if none did)."""
+    ran = [r for r in results if not r.skipped and any(getattr(r, ATTR[m]) is not None for _, m, _ in MORE)]
+    if not ran:
+        return ""
+    rat = ratios(results, baseline)
+    head = ["system"]
+    for name, metric, _ in MORE:
+        head += [name, "±"] + ([f"vs {baseline}"] if not metric.startswith("rtt_loaded") else [])
+    rows: list[list[str]] = []
+    for r in ran:
+        row = [r.label]
+        for _, metric, digits in MORE:
+            value = getattr(r, ATTR[metric])
+            err = r.errors.get(METRICS[metric][0])
+            row += [_num(value, err, digits), _pm(r, metric, value)]
+            if not metric.startswith("rtt_loaded"):
+                row.append(_ratio(rat[r.key][metric]))
+        rows.append(row)
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([
+        line(head), "  ".join("-" * w for w in widths), *(line(r) for r in rows), "",
+        "paced: one-way, the sender yields to its event loop after every send (each message alone); "
+        "64 in flight: requests/s with 64 outstanding; 64 KiB / 1 MiB: one-way with envelopes of that size; "
+        "RTT flooded: request round trips while a second sender floods the echo server's node.",
+    ])  # fmt: skip
 
 
 def write_json(

@@ -19,10 +19,13 @@ from .control import Control
 from .envelope import decode, encode, encode_batch, encode_with_id
 
 __all__ = [
+    "INFLIGHT",
     "PACE_EVERY",
     "SinkCounter",
     "make_reply",
     "percentile",
+    "run_flood_async",
+    "run_inflight_client_async",
     "run_rtt_client",
     "run_rtt_client_async",
     "run_source",
@@ -42,6 +45,8 @@ CHECK_EVERY = 4096
 #: event loop a turn to write, read acks and run heartbeats. The pause is
 #: inside the timed phase for every system alike.
 PACE_EVERY = 1000
+#: Requests kept outstanding by the ``inflight64`` client.
+INFLIGHT = 64
 
 
 class SinkCounter:
@@ -79,10 +84,10 @@ class SinkCounter:
         )
 
 
-def _frames(seq: int, kind: str, batch: int) -> bytes:
+def _frames(seq: int, kind: str, batch: int, size: int = 0) -> bytes:
     if batch <= 1:
-        return encode(seq, kind)
-    return encode_batch([encode(seq + i, kind) for i in range(batch)])
+        return encode(seq, kind, size=size)
+    return encode_batch([encode(seq + i, kind, size=size) for i in range(batch)])
 
 
 def run_source(
@@ -92,6 +97,7 @@ def run_source(
     batch: int = 1,
     flush: Callable[[], None] | None = None,
     drain: Callable[[], None] | None = None,
+    size: int = 0,
 ) -> None:
     """Warm up until GO, then send n data envelopes as fast as *send* allows.
 
@@ -101,7 +107,8 @@ def run_source(
     buffer, e.g. a Redis pipeline). *drain*, if given (QoS 1 senders), is
     called after the last data envelope and must return once every message
     sent is acknowledged (bounded by the deadline); its end is reported as
-    ``t_acked`` and the harness counts the run until then.
+    ``t_acked`` and the harness counts the run until then. With *size*,
+    every data envelope packs to that many bytes (warm-up stays small).
     """
     seq = 0
     while not ctl.go.is_set():
@@ -120,7 +127,7 @@ def run_source(
     t0 = time.monotonic()
     step = max(1, batch)
     for i in range(0, n, step):
-        send(_frames(i, "data", batch) if batch > 1 else encode(i, "data"))
+        send(_frames(i, "data", batch, size) if batch > 1 else encode(i, "data", size=size))
         if i % CHECK_EVERY < step:
             ctl.deadline.check("sending")
             if ctl.stop.is_set():
@@ -140,11 +147,15 @@ async def run_source_async(
     n: int,
     ctl: Control,
     drain: Callable[[], Awaitable[None]] | None = None,
+    pace_every: int = PACE_EVERY,
+    size: int = 0,
 ) -> None:
     """:func:`run_source` for asyncio clients (one envelope per message).
 
     The data loop pauses (``await asyncio.sleep(0)``) after every
-    :data:`PACE_EVERY` messages: one cadence for every asyncio system.
+    *pace_every* messages: :data:`PACE_EVERY` is one cadence for every
+    asyncio system; the ``paced`` workload passes 1, so the loop runs after
+    every send and each message travels alone. *size* as for :func:`run_source`.
     """
     import asyncio
 
@@ -158,9 +169,10 @@ async def run_source_async(
     if ctl.stop.is_set():
         return
     t0 = time.monotonic()
+    pace = max(1, pace_every)
     for i in range(n):
-        await send(encode(i, "data"))
-        if i % PACE_EVERY == PACE_EVERY - 1:
+        await send(encode(i, "data", size=size))
+        if i % pace == pace - 1:
             await asyncio.sleep(0)
         if i % CHECK_EVERY == 0:
             ctl.deadline.check("sending")
@@ -239,6 +251,66 @@ async def run_rtt_client_async(
         if i % 256 == 0:
             ctl.deadline.check("round trips")
     ctl.result(_summary(samples))
+
+
+async def run_inflight_client_async(
+    call: Callable[[bytes], Awaitable[bytes]], n: int, warmup: int, ctl: Control, window: int = INFLIGHT
+) -> None:
+    """Requests with *window* outstanding: warmup of them, then n timed; report requests/s.
+
+    *window* workers each send a request, await its reply (checking its
+    correlation id) and send the next, until n have been sent in all; the
+    time runs from the first timed request to the last reply.
+    """
+    import asyncio
+
+    async def batch(count: int, first: int) -> None:
+        issued = 0
+
+        async def worker() -> None:
+            nonlocal issued
+            while issued < count:
+                i = first + issued
+                issued += 1
+                msg_id, frame = encode_with_id(i, "request")
+                _check_reply(decode(await call(frame)), msg_id)
+                if ctl.stop.is_set():
+                    raise RuntimeError("stopped during requests in flight")
+                if i % 256 == 0:
+                    ctl.deadline.check("requests in flight")
+
+        await asyncio.gather(*(worker() for _ in range(max(1, min(window, count)))))
+
+    await batch(warmup, 0)
+    t0 = time.monotonic()
+    await batch(n, warmup)
+    elapsed = time.monotonic() - t0
+    ctl.result({"n": n, "window": window, "elapsed": elapsed, "rate": n / elapsed})
+
+
+async def run_flood_async(send: Callable[[bytes], Awaitable[None]], ctl: Control) -> None:
+    """After GO, send data envelopes as fast as *send* allows until STOP (or the deadline).
+
+    Paced like every asyncio source (:data:`PACE_EVERY`); says WARM once the
+    first :data:`PACE_EVERY` are sent, and at STOP reports how many it sent
+    and over how long (``rate``: the flood the other measurement ran under).
+    """
+    import asyncio
+
+    while not ctl.go.is_set():
+        await asyncio.sleep(0.005)
+        ctl.deadline.check("waiting for GO")
+    t0 = time.monotonic()
+    i = 0
+    while not ctl.stop.is_set() and not ctl.deadline.expired():
+        await send(encode(i, "data"))
+        i += 1
+        if i % PACE_EVERY == 0:
+            await asyncio.sleep(0)
+            if i == PACE_EVERY:
+                ctl.warm()
+    elapsed = time.monotonic() - t0
+    ctl.result({"sent": i, "elapsed": elapsed, "rate": i / elapsed if elapsed > 0 else 0.0})
 
 
 def make_reply(request: bytes, seq: int) -> bytes:

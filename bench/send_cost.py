@@ -36,12 +36,16 @@ import inspect
 import os
 import sys
 import time
+from typing import Any
 
 os.environ.setdefault("ZMESH_INTERFACES", "127.0.0.1")
 
 import zmesh  # noqa: E402
 
-from bench.envelope import decode, encode  # noqa: E402
+try:
+    from bench.envelope import decode, encode
+except ImportError:  # run by its path with a tree that has no bench/ on PYTHONPATH: sys.path[0] is bench/
+    from envelope import decode, encode  # type: ignore[import-not-found,no-redef,unused-ignore]
 
 __all__ = ["sender_only", "both_sides", "requests"]
 
@@ -50,15 +54,22 @@ def _inline() -> dict[str, bool]:
     return {"inline": True} if "inline" in inspect.signature(zmesh.Agent.add_handler).parameters else {}
 
 
-def _link_class() -> type:
-    try:
-        from zmesh.transport.zmq._link import ZmqLink  # type: ignore[import-not-found,unused-ignore]
+def _link_class() -> Any:
+    """The zmq transport's link class, wherever this tree keeps it."""
+    import importlib
 
-        return ZmqLink  # type: ignore[no-any-return,unused-ignore]
-    except ImportError:  # trees before the transport split
-        from zmesh.transport.zmq import _ZmqLink  # type: ignore[attr-defined,unused-ignore]
-
-        return _ZmqLink  # type: ignore[no-any-return,unused-ignore]
+    for module, name in (
+        ("zmesh.transport.zmq._link", "ZmqLink"),  # the transport package
+        ("zmesh.transport._zmq_link", "ZmqLink"),  # before it: one module per part (2032d30)
+        ("zmesh.transport.zmq", "_ZmqLink"),  # before the transport split
+    ):
+        try:
+            found = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+        if isinstance(found, type):
+            return found
+    raise ImportError("no zmq link class in this zmesh")
 
 
 async def sender_only(n: int) -> float:
@@ -75,7 +86,7 @@ async def sender_only(n: int) -> float:
                 flow.window = 1 << 40  # never closes: no credit comes back
             link = _link_class()
             real = link.send
-            link.send = lambda self, frame: None  # type: ignore[method-assign]
+            link.send = lambda self, frame: None  # type: ignore[method-assign,unused-ignore]
             try:
                 t0 = time.process_time()
                 for i in range(n):
@@ -84,7 +95,7 @@ async def sender_only(n: int) -> float:
                         await asyncio.sleep(0)
                 return (time.process_time() - t0) / max(n, 1)
             finally:
-                link.send = real  # type: ignore[method-assign]
+                link.send = real  # type: ignore[method-assign,unused-ignore]
 
 
 async def requests(n: int, asynchronous: bool = False) -> float:

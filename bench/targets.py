@@ -2,9 +2,20 @@
 
 Targets (zmesh over ZeroMQ, the ``zmesh`` row):
 
-* one-way throughput >= NATS, and >= 0.6 x raw pyzmq;
-* RTT p50 below every broker in the run, and <= 1.5 x raw pyzmq;
-* fan-out deliveries/s >= NATS.
+* one-way throughput >= NATS, >= 0.6 x raw pyzmq, and >= 0.8 x raw pyzmq
+  packing 32 envelopes per frame (``zmq-batch32``);
+* RTT p50 below every broker in the run, <= 0.8 x the fastest broker's,
+  <= 1.5 x and <= 1.2 x raw pyzmq (DEALER -> ROUTER echo);
+* fan-out deliveries/s >= NATS, and >= 0.8 x raw PUB/SUB;
+* paced one-way (a yield after every send) >= 0.6 x raw pyzmq paced alike;
+* requests/s with 64 in flight >= 2 x NATS's;
+* one-way with 64 KiB and with 1 MiB envelopes >= 0.8 x raw pyzmq at that size;
+* RTT p99 while a second sender floods the echo's node <= 3 x zmesh's idle p99.
+
+``async def`` targets (the ``zmesh-async`` row against the ``zmesh`` row,
+whose handlers are plain functions with ``inline=True``):
+
+* one-way throughput >= 0.8 x inline; RTT p50 <= 1.15 x inline.
 
 QoS 1 targets (the ``zmesh-qos1`` row, when it is in the run):
 
@@ -29,10 +40,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .report import SystemResult, ratios, spread
+from .report import ATTR, SystemResult, ratios, spread
 
-__all__ = ["BROKERS", "KEYED_SUBJECT", "QOS1_SUBJECT", "SUBJECT", "evaluate", "format_targets", "format_vs",
-           "judge"]
+__all__ = ["ASYNC_SUBJECT", "BROKERS", "KEYED_SUBJECT", "QOS1_SUBJECT", "SUBJECT", "compare", "evaluate",
+           "format_targets", "format_vs", "judge"]
 
 #: The row the targets are about.
 SUBJECT = "zmesh"
@@ -40,14 +51,10 @@ SUBJECT = "zmesh"
 QOS1_SUBJECT = "zmesh-qos1"
 #: The row the keyed (CurveZMQ) targets are about.
 KEYED_SUBJECT = "zmesh-curve"
+#: The row the ``async def`` handler targets are about.
+ASYNC_SUBJECT = "zmesh-async"
 #: Systems that route through a broker process.
 BROKERS = ("nats", "mqtt", "redis", "redis-plain")
-
-_ATTR = {
-    "throughput": "throughput_msgs_per_s",
-    "rtt_p50": "rtt_p50_us",
-    "fanout": "fanout_deliveries_per_s",
-}
 
 
 def _get(results: list[SystemResult], key: str) -> SystemResult | None:
@@ -59,13 +66,17 @@ def _div(a: float | None, b: float | None) -> float | None:
 
 
 def compare(
-    me: SystemResult | None, ref: SystemResult | None, metric: str
+    me: SystemResult | None, ref: SystemResult | None, metric: str, ref_metric: str | None = None
 ) -> tuple[float | None, tuple[float, float] | None]:
-    """(ratio of the medians, (lowest, highest) ratio over the two systems' min..max ranges)."""
+    """(ratio of the medians, (lowest, highest) ratio over the two systems' min..max ranges).
+
+    *ref_metric* (default *metric*) is the reference's metric: the flooded
+    RTT p99 is judged against the same system's idle p99."""
     if me is None or ref is None:
         return None, None
-    ratio = _div(getattr(me, _ATTR[metric]), getattr(ref, _ATTR[metric]))
-    a, b = spread(me, metric), spread(ref, metric)
+    other = ref_metric or metric
+    ratio = _div(getattr(me, ATTR[metric]), getattr(ref, ATTR[other]))
+    a, b = spread(me, metric), spread(ref, other)
     if ratio is None or a is None or b is None or b[0] <= 0:
         return ratio, None if ratio is None else (ratio, ratio)
     return ratio, (a[0] / b[1], a[1] / b[0])
@@ -115,9 +126,10 @@ def _entry(subject: str, target: str, ratio: float | None, span: tuple[float, fl
 
 def _target(out: list[dict[str, Any]], subject: str, me: SystemResult | None, ref: SystemResult | None,
             metric: str, target: str, bound: float, higher_is_better: bool,
-            strict: bool = False) -> None:  # fmt: skip
-    ratio, span = compare(me, ref, metric)
-    out.append(_entry(subject, target, ratio, span, bound, judge(ratio, span, bound, higher_is_better, strict)))
+            strict: bool = False, ref_metric: str | None = None, detail: str = "") -> None:  # fmt: skip
+    ratio, span = compare(me, ref, metric, ref_metric)
+    verdict = judge(ratio, span, bound, higher_is_better, strict)
+    out.append(_entry(subject, target, ratio, span, bound, verdict, detail))
 
 
 def evaluate(results: list[SystemResult], subject: str = SUBJECT) -> list[dict[str, Any]]:
@@ -145,8 +157,25 @@ def evaluate(results: list[SystemResult], subject: str = SUBJECT) -> list[dict[s
     worst_ratio, worst_span = per[worst_key] if worst_key is not None else (None, None)
     out.append(_entry(subject, "RTT p50 below every broker (worst ratio)", worst_ratio, worst_span, 1.0,
                       verdict, detail))  # fmt: skip
+    fastest = min(brokers, key=lambda b: b.rtt_p50_us or float("inf"), default=None)
+    _target(out, subject, me, fastest, "rtt_p50", "RTT p50 <= 0.8 x the fastest broker", 0.8, False,
+            detail=f"{fastest.key}, p50 {fastest.rtt_p50_us:,.0f} us" if fastest and fastest.rtt_p50_us else "")
     _target(out, subject, me, zmq, "rtt_p50", "RTT p50 <= 1.5 x raw pyzmq", 1.5, False)
+    _target(out, subject, me, zmq, "rtt_p50", "RTT p50 <= 1.2 x raw pyzmq", 1.2, False)
+    _target(out, subject, me, _get(results, "zmq-batch32"), "throughput",
+            "one-way >= 0.8 x raw pyzmq, 32 per frame", 0.8, True)
     _target(out, subject, me, nats, "fanout", "fan-out >= NATS", 1.0, True)
+    _target(out, subject, me, zmq, "fanout", "fan-out >= 0.8 x raw PUB/SUB", 0.8, True)
+    _target(out, subject, me, zmq, "paced", "paced one-way >= 0.6 x raw pyzmq paced", 0.6, True)
+    _target(out, subject, me, nats, "inflight64", "64 in flight >= 2 x NATS", 2.0, True)
+    _target(out, subject, me, zmq, "payload_64k", "64 KiB one-way >= 0.8 x raw pyzmq", 0.8, True)
+    _target(out, subject, me, zmq, "payload_1m", "1 MiB one-way >= 0.8 x raw pyzmq", 0.8, True)
+    _target(out, subject, me, me, "rtt_loaded_p99", "RTT p99 flooded <= 3 x idle p99", 3.0, False,
+            ref_metric="rtt_p99")
+    if any(r.key == ASYNC_SUBJECT for r in results):
+        asy = _get(results, ASYNC_SUBJECT)
+        _target(out, ASYNC_SUBJECT, asy, me, "throughput", "async def one-way >= 0.8 x inline", 0.8, True)
+        _target(out, ASYNC_SUBJECT, asy, me, "rtt_p50", "async def RTT p50 <= 1.15 x inline", 1.15, False)
     if any(r.key == QOS1_SUBJECT for r in results):
         q1 = _get(results, QOS1_SUBJECT)
         mqtt1 = _get(results, "mqtt-qos1")
@@ -172,7 +201,8 @@ _VERDICT = {
 
 
 def format_targets(targets: list[dict[str, Any]], subject_label: str = "zmesh (zmq)") -> str:
-    labels = {SUBJECT: subject_label, QOS1_SUBJECT: "zmesh qos=1", KEYED_SUBJECT: "zmesh keyed"}
+    labels = {SUBJECT: subject_label, QOS1_SUBJECT: "zmesh qos=1", KEYED_SUBJECT: "zmesh keyed",
+              ASYNC_SUBJECT: "zmesh async def"}  # fmt: skip
     width = max(len(t["target"]) for t in targets)
     lines: list[str] = []
     for subject in dict.fromkeys(t.get("subject", SUBJECT) for t in targets):

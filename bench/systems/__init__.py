@@ -17,6 +17,7 @@ __all__ = ["BASELINE", "DEFAULT", "REGISTRY", "load_class", "load_module"]
 
 REGISTRY: dict[str, str] = {
     "zmesh": "bench.systems.zmesh_mesh:ZmeshMesh",
+    "zmesh-async": "bench.systems.zmesh_mesh:ZmeshAsync",
     "zmesh-qos1": "bench.systems.zmesh_mesh:ZmeshQos1",
     "zmesh-curve": "bench.systems.zmesh_mesh:ZmeshCurve",
     "zmesh-inproc": "bench.systems.zmesh_inproc:ZmeshInproc",
@@ -39,7 +40,7 @@ REGISTRY: dict[str, str] = {
 
 #: Systems run when ``--systems`` is not given (the others run only by name).
 DEFAULT: tuple[str, ...] = (
-    "zmesh", "zmesh-qos1", "zmesh-inproc", "zmq", "zmq-batch32", "nats", "jetstream", "mqtt", "mqtt-qos1", "redis",
+    "zmesh", "zmesh-async", "zmesh-qos1", "zmesh-inproc", "zmq", "zmq-batch32", "nats", "jetstream", "mqtt", "mqtt-qos1", "redis",
 )  # fmt: skip
 
 #: The system the table's ratios are relative to.

@@ -3,8 +3,8 @@
 A system has two halves:
 
 * the orchestrator half, a :class:`System` subclass: availability check,
-  server start/stop, and the three workloads (each returns ``None`` when the
-  workload does not apply to the system);
+  server start/stop, and the workloads (:data:`WORKLOADS`; each returns
+  ``None`` when the workload does not apply to the system);
 * the peer half, a module-level ``peer(role, args, ctl)`` function in the
   same module, run inside ``python -m bench.peers <key> <role> <json>``.
 
@@ -23,12 +23,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..harness import Server, run_rtt, run_stream
+from ..harness import Server, run_rtt, run_rtt_loaded, run_stream
+from ..roles import INFLIGHT
 
-__all__ = ["WORKLOADS", "BrokerSystem", "PeerSystem", "Sizes", "System", "binary_available"]
+__all__ = ["BASIC", "PAYLOADS", "WORKLOADS", "BrokerSystem", "PeerSystem", "Sizes", "System", "binary_available"]
 
-#: Workload names, in table order.
-WORKLOADS = ("throughput", "rtt", "fanout")
+#: The three workloads of the main table, in table order.
+BASIC = ("throughput", "rtt", "fanout")
+#: Payload workloads: name -> envelope size in bytes (one-way, as ``throughput``).
+PAYLOADS = {"payload-64k": 64 * 1024, "payload-1m": 1 << 20}
+#: Every workload name, in table order: the main three, then
+#: ``paced`` (one-way, the sender yields to its event loop after every send),
+#: ``inflight64`` (requests/s with 64 outstanding), the payload sizes and
+#: ``rtt-loaded`` (RTT while a second sender floods the echo server's node).
+WORKLOADS = (*BASIC, "paced", "inflight64", *PAYLOADS, "rtt-loaded")
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,18 @@ class Sizes:
     rtt_warmup: int = 500  # round trips before measuring
     timeout: float = 120.0  # hard limit for one workload run, seconds
     repeat: int = 1  # runs per workload; the table shows the median
+    paced_n: int = 5000  # one-way envelopes, each sent alone
+    inflight_n: int = 10000  # requests, 64 outstanding
+    payload_64k_n: int = 2000  # 64 KiB envelopes
+    payload_1m_n: int = 200  # 1 MiB envelopes
+
+    def count(self, workload: str) -> int:
+        """The message count of *workload* (round trips for the RTT workloads)."""
+        return int({
+            "throughput": self.throughput_n, "rtt": self.rtt_n, "fanout": self.fanout_n,
+            "paced": self.paced_n, "inflight64": self.inflight_n, "payload-64k": self.payload_64k_n,
+            "payload-1m": self.payload_1m_n, "rtt-loaded": self.rtt_n,
+        }[workload])  # fmt: skip
 
 
 class System(ABC):
@@ -88,6 +108,40 @@ class System(ABC):
         """Deliveries/s: one publisher, n messages to each of *subscribers* processes."""
         return None
 
+    def paced(self, n: int) -> float | None:
+        """One-way msgs/s when the sender yields to its event loop after every send."""
+        return None
+
+    def inflight(self, n: int, window: int = INFLIGHT) -> float | None:
+        """Requests/s over n requests with *window* outstanding."""
+        return None
+
+    def payload(self, n: int, workload: str) -> float | None:
+        """One-way msgs/s of n envelopes of ``PAYLOADS[workload]`` bytes."""
+        return None
+
+    def rtt_loaded(self, n: int) -> tuple[float, float] | None:
+        """(p50, p99) RTT in microseconds while another sender floods the echo server's node."""
+        return None
+
+    def measure(self, workload: str, n: int) -> Any:
+        """One run of *workload* with count *n*: a rate, a (p50, p99) pair, or None."""
+        if workload == "throughput":
+            return self.throughput(n)
+        if workload == "rtt":
+            return self.rtt(n)
+        if workload == "fanout":
+            return self.fanout(n, self.sizes.subscribers)
+        if workload == "paced":
+            return self.paced(n)
+        if workload == "inflight64":
+            return self.inflight(n)
+        if workload in PAYLOADS:
+            return self.payload(n, workload)
+        if workload == "rtt-loaded":
+            return self.rtt_loaded(n)
+        raise ValueError(f"unknown workload {workload!r}")
+
 
 class PeerSystem(System):
     """A :class:`System` whose workloads run through the shared peer harness.
@@ -96,7 +150,7 @@ class PeerSystem(System):
     connection details their peers need in :meth:`peer_args`.
     """
 
-    supports: ClassVar[frozenset[str]] = frozenset(WORKLOADS)
+    supports: ClassVar[frozenset[str]] = frozenset(BASIC)
 
     def peer_args(self, workload: str) -> dict[str, Any]:
         """JSON-able arguments passed to every peer of *workload*."""
@@ -124,6 +178,34 @@ class PeerSystem(System):
         args = self.peer_args("fanout")
         out = run_stream(self.key, args, n, subscribers, self.sizes.warmup, self._timeout(n * subscribers))
         return out.rate
+
+    def paced(self, n: int) -> float | None:
+        if "paced" not in self.supports:
+            return None
+        out = run_stream(self.key, self.peer_args("paced"), n, 1, self.sizes.warmup, self._timeout(n * 4))
+        return out.rate
+
+    def inflight(self, n: int, window: int = INFLIGHT) -> float | None:
+        if "inflight64" not in self.supports:
+            return None
+        args = dict(self.peer_args("inflight64"), window=window)
+        res = run_rtt(self.key, args, n, self.sizes.rtt_warmup, self._timeout(n))
+        return float(res["rate"])
+
+    def payload(self, n: int, workload: str) -> float | None:
+        if workload not in self.supports:
+            return None
+        size = PAYLOADS[workload]
+        args = dict(self.peer_args(workload), size=size)
+        warmup = min(self.sizes.warmup, 500)  # small envelopes: they warm the connection, not the memory
+        out = run_stream(self.key, args, n, 1, warmup, self._timeout(n * max(1, size // 2048)))
+        return out.rate
+
+    def rtt_loaded(self, n: int) -> tuple[float, float] | None:
+        if "rtt-loaded" not in self.supports:
+            return None
+        res = run_rtt_loaded(self.key, self.peer_args("rtt-loaded"), n, self.sizes.rtt_warmup, self._timeout(n * 5))
+        return float(res["p50_us"]), float(res["p99_us"])
 
 
 class BrokerSystem(PeerSystem):

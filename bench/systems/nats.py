@@ -2,7 +2,9 @@
 
 * one-way throughput: publish -> one subscriber process;
 * RTT: ``nc.request`` on the client's inbox, echo server ``msg.respond``;
-* fan-out: publish -> 4 subscriber processes on one subject.
+* fan-out: publish -> 4 subscriber processes on one subject;
+* ``inflight64``: the RTT pair with 64 ``nc.request`` calls outstanding at once
+  (nats-py's shared response inbox), requests/s.
 
 The server gets a large ``max_pending`` and ``write_deadline`` so a slow
 Python subscriber is not cut off as a "slow consumer" mid-run.
@@ -20,8 +22,8 @@ from typing import Any, ClassVar
 from ..control import Control
 from ..envelope import decode
 from ..harness import HOST
-from ..roles import SinkCounter, make_reply, run_rtt_client_async, run_source_async
-from .base import BrokerSystem
+from ..roles import INFLIGHT, SinkCounter, make_reply, run_inflight_client_async, run_rtt_client_async, run_source_async
+from .base import BASIC, BrokerSystem
 
 __all__ = ["Nats", "peer"]
 
@@ -36,6 +38,7 @@ class Nats(BrokerSystem):
     key: ClassVar[str] = "nats"
     label: ClassVar[str] = "NATS"
     notes: ClassVar[str] = "nats-server + nats-py (asyncio); RTT via request() on an inbox"
+    supports: ClassVar[frozenset[str]] = frozenset({*BASIC, "inflight64"})
 
     client: ClassVar[str] = "nats"
     client_pip: ClassVar[str] = "nats-py"
@@ -143,5 +146,9 @@ async def _client(args: dict[str, Any], ctl: Control) -> None:
         msg = await nc.request(subject, frame, timeout=5)
         return bytes(msg.data)
 
-    await run_rtt_client_async(call, int(args["n"]), int(args["warmup"]), ctl)
+    if args["workload"] == "inflight64":
+        window = int(args.get("window", INFLIGHT))
+        await run_inflight_client_async(call, int(args["n"]), int(args["warmup"]), ctl, window)
+    else:
+        await run_rtt_client_async(call, int(args["n"]), int(args["warmup"]), ctl)
     await nc.close()

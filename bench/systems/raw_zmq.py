@@ -5,7 +5,12 @@
 * ``zmq-batch32``: the same DEALER -> ROUTER stream with 32 envelopes
   packed into each frame (throughput only), to show what batching buys;
 * fan-out: PUB (binds) -> 4 SUB processes (connect), high-water marks off
-  so nothing is dropped.
+  so nothing is dropped;
+* ``paced``: the same DEALER -> ROUTER stream from an asyncio sender
+  (``zmq.asyncio``) that yields to its event loop (``await asyncio.sleep(0)``)
+  after every send, as the zmesh ``paced`` sender does;
+* ``payload-64k``, ``payload-1m``: the one-way stream with envelopes of that
+  size, the high-water marks at about 8 MiB queued per socket.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ from typing import Any, ClassVar
 from ..control import Control
 from ..envelope import decode, decode_batch
 from ..harness import HOST, free_port
-from ..roles import SinkCounter, make_reply, run_rtt_client, run_source
-from .base import PeerSystem, module_available
+from ..roles import SinkCounter, make_reply, run_rtt_client, run_source, run_source_async
+from .base import BASIC, PAYLOADS, PeerSystem, module_available
 
 __all__ = ["RawZmq", "RawZmqBatch", "peer"]
 
@@ -28,7 +33,8 @@ _POLL_MS = 100  # how long a blocking recv waits before looking at STOP/deadline
 class RawZmq(PeerSystem):
     key: ClassVar[str] = "zmq"
     label: ClassVar[str] = "raw pyzmq"
-    notes: ClassVar[str] = "DEALER->ROUTER, 1 envelope/frame; fan-out PUB->SUB"
+    notes: ClassVar[str] = "DEALER->ROUTER, 1 envelope/frame; fan-out PUB->SUB; paced: zmq.asyncio, sleep(0) per send"
+    supports: ClassVar[frozenset[str]] = frozenset({*BASIC, "paced", *PAYLOADS})
 
     def available(self) -> tuple[bool, str]:
         return module_available("zmq", "pyzmq")
@@ -71,6 +77,16 @@ def peer(role: str, args: dict[str, Any], ctl: Control) -> None:
         ctx.destroy(linger=0)
 
 
+#: Bytes a socket may queue in the payload workloads (its high-water mark, in messages).
+_QUEUE_BYTES = 8 << 20
+
+
+def _hwm(args: dict[str, Any]) -> int | None:
+    """The high-water mark for large envelopes (None: libzmq's default)."""
+    size = int(args.get("size", 0))
+    return max(4, _QUEUE_BYTES // size) if size > 4096 else None
+
+
 def _sink(ctx: Any, args: dict[str, Any], ctl: Control) -> None:
     import zmq
 
@@ -82,6 +98,9 @@ def _sink(ctx: Any, args: dict[str, Any], ctl: Control) -> None:
         info: dict[str, Any] = {}
     else:
         sock = ctx.socket(zmq.ROUTER)
+        hwm = _hwm(args)
+        if hwm is not None:
+            sock.setsockopt(zmq.RCVHWM, hwm)
         port = sock.bind_to_random_port(f"tcp://{HOST}")
         info = {"endpoint": f"tcp://{HOST}:{port}"}
     sock.setsockopt(zmq.RCVTIMEO, _POLL_MS)
@@ -106,6 +125,9 @@ def _sink(ctx: Any, args: dict[str, Any], ctl: Control) -> None:
 def _source(ctx: Any, args: dict[str, Any], ctl: Control) -> None:
     import zmq
 
+    if args["workload"] == "paced":
+        _paced_source(args, ctl)
+        return
     if args["workload"] == "fanout":
         sock = ctx.socket(zmq.PUB)
         sock.setsockopt(zmq.SNDHWM, 0)
@@ -113,10 +135,41 @@ def _source(ctx: Any, args: dict[str, Any], ctl: Control) -> None:
     else:
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.SNDTIMEO, 10_000)  # a stalled receiver fails the run, not hangs it
+        hwm = _hwm(args)
+        if hwm is not None:
+            sock.setsockopt(zmq.SNDHWM, hwm)
         sock.connect(args["sinks"][0]["endpoint"])
     ctl.ready()
-    run_source(sock.send, int(args["n"]), ctl, batch=int(args.get("batch", 1)))
+    run_source(sock.send, int(args["n"]), ctl, batch=int(args.get("batch", 1)), size=int(args.get("size", 0)))
     ctl.wait_stop()
+
+
+def _paced_source(args: dict[str, Any], ctl: Control) -> None:
+    """DEALER from an asyncio sender that yields to its loop after every send."""
+    import asyncio
+
+    import zmq
+    import zmq.asyncio
+
+    async def main() -> None:
+        actx = zmq.asyncio.Context()
+        sock = actx.socket(zmq.DEALER)
+        try:
+            sock.setsockopt(zmq.SNDTIMEO, 10_000)
+            sock.connect(args["sinks"][0]["endpoint"])
+            ctl.ready()
+
+            async def send(frame: bytes) -> None:
+                await sock.send(frame)
+
+            await run_source_async(send, int(args["n"]), ctl, pace_every=1)
+            while not ctl.stop.is_set() and not ctl.deadline.expired():
+                await asyncio.sleep(0.01)
+        finally:
+            sock.close(linger=0)
+            actx.term()
+
+    asyncio.run(main())
 
 
 def _echo(ctx: Any, args: dict[str, Any], ctl: Control) -> None:

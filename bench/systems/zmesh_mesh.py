@@ -34,10 +34,19 @@ from typing import Any, ClassVar
 from ..control import BenchTimeout, Control
 from ..envelope import decode
 from ..harness import HOST
-from ..roles import PACE_EVERY, SinkCounter, make_reply, run_rtt_client_async, run_source_async
-from .base import PeerSystem, module_available
+from ..roles import (
+    INFLIGHT,
+    PACE_EVERY,
+    SinkCounter,
+    make_reply,
+    run_flood_async,
+    run_inflight_client_async,
+    run_rtt_client_async,
+    run_source_async,
+)
+from .base import BASIC, PAYLOADS, PeerSystem, module_available
 
-__all__ = ["ZmeshCurve", "ZmeshMesh", "ZmeshQos1", "local_env", "node_kwargs", "peer"]
+__all__ = ["ZmeshAsync", "ZmeshCurve", "ZmeshMesh", "ZmeshQos1", "inline_kw", "local_env", "node_kwargs", "peer"]
 
 #: The zmesh send coroutine never suspends: the event loop gets a turn every
 #: this many messages so flushes, drains and heartbeats run. It is the shared
@@ -47,6 +56,8 @@ YIELD_EVERY = PACE_EVERY
 FANOUT_TOPIC = "bench.fanout"
 #: Topic of the direct (one-way and RTT) workloads.
 TOPIC = "bench"
+#: The agent that takes the flood of ``rtt-loaded``, on the echo server's node.
+FLOOD_AGENT = "flood-sink"
 
 
 def local_env() -> None:
@@ -66,6 +77,15 @@ def node_kwargs(seeds: list[str] | None = None, keys: str | None = None,
     if keys:
         kwargs.update(key=os.path.join(keys, "bench.key_secret"), trusted=keys)
     return kwargs
+
+
+def inline_kw() -> dict[str, bool]:
+    """``{"inline": True}`` where this zmesh's ``add_handler`` has ``inline=`` (older trees: ``{}``)."""
+    import inspect
+
+    import zmesh
+
+    return {"inline": True} if "inline" in inspect.signature(zmesh.Agent.add_handler).parameters else {}
 
 
 def zmesh_commit() -> str:
@@ -110,7 +130,7 @@ class ZmeshMesh(PeerSystem):
         "one zmesh node per process over tcp://127.0.0.1, joined by seeds; envelope = zmesh payload; "
         "fan-out = broadcast to 4 subscribed agents"
     )
-    supports: ClassVar[frozenset[str]] = frozenset({"throughput", "rtt", "fanout"})
+    supports: ClassVar[frozenset[str]] = frozenset({*BASIC, "paced", "inflight64", *PAYLOADS, "rtt-loaded"})
 
     _saved_env: str | None = None
 
@@ -132,10 +152,28 @@ class ZmeshMesh(PeerSystem):
 
     #: QoS of every message the bench sends (``agent.send(..., qos=...)``).
     qos: ClassVar[int] = 0
+    #: How the sink and echo handlers run: ``inline`` (a plain function with
+    #: ``inline=True``, on the loop) or ``async`` (an ``async def`` that never awaits).
+    handler: ClassVar[str] = "inline"
 
     def peer_args(self, workload: str) -> dict[str, Any]:
         # A fresh mesh name per run: nodes of an earlier run can never join this one.
-        return {"workload": workload, "mesh": f"bench-{workload}-{uuid.uuid4().hex[:8]}", "qos": self.qos}
+        return {"workload": workload, "mesh": f"bench-{workload}-{uuid.uuid4().hex[:8]}", "qos": self.qos,
+                "handler": self.handler}
+
+
+class ZmeshAsync(ZmeshMesh):
+    """zmesh as ``zmesh``, the sink and echo handlers ``async def`` (that never await):
+    the handler agent builders write first, against ``inline=True``'s plain function."""
+
+    key: ClassVar[str] = "zmesh-async"
+    label: ClassVar[str] = "zmesh async def"
+    notes: ClassVar[str] = (
+        "zmesh as `zmesh`, the sink and echo handlers `async def` (each runs as zmesh runs a coroutine "
+        "handler) instead of plain functions with inline=True"
+    )
+    supports: ClassVar[frozenset[str]] = frozenset({"throughput", "rtt"})
+    handler: ClassVar[str] = "async"
 
 
 class ZmeshQos1(ZmeshMesh):
@@ -174,6 +212,7 @@ class ZmeshCurve(ZmeshMesh):
         "zmesh over tcp://127.0.0.1 with key=/trusted= on every node: CurveZMQ on every socket, "
         "ZAP admitting only the trusted key; one key pair shared by all nodes"
     )
+    supports: ClassVar[frozenset[str]] = frozenset(BASIC)
     _keys: str | None = None
 
     def available(self) -> tuple[bool, str]:
@@ -207,8 +246,30 @@ class ZmeshCurve(ZmeshMesh):
 
 def peer(role: str, args: dict[str, Any], ctl: Control) -> None:
     local_env()
-    roles = {"sink": _sink, "source": _source, "echo": _echo, "client": _client}
+    roles = {"sink": _sink, "source": _source, "echo": _echo, "client": _client, "flooder": _flooder}
     asyncio.run(roles[role](args, ctl))
+
+
+def _kwargs(args: dict[str, Any], seeds: list[str] | None = None) -> dict[str, Any]:
+    """node_kwargs() for this run; a payload workload above zmesh's default 1 MiB
+    ``max_payload`` raises it (every node of the run alike)."""
+    kwargs = node_kwargs(seeds, args.get("keys"), args.get("transport"))
+    size = int(args.get("size", 0))
+    if size >= 1 << 20:
+        kwargs["max_payload"] = 2 * size
+    return kwargs
+
+
+def _handle(fn: Callable[[Any], Any], args: dict[str, Any]) -> tuple[Callable[[Any], Any], dict[str, bool]]:
+    """The handler to register for *fn* and its keyword arguments: *fn* with
+    ``inline=True`` (where the tree has it), or an ``async def`` around it."""
+    if args.get("handler") == "async":
+
+        async def handler(msg: Any) -> Any:
+            return fn(msg)
+
+        return handler, {}
+    return fn, inline_kw()
 
 
 async def until(cond: Callable[[], bool], ctl: Control, what: str | None = None) -> None:
@@ -237,13 +298,13 @@ async def _sink(args: dict[str, Any], ctl: Control) -> None:
     def on_msg(msg: zmesh.Message) -> None:
         counter.feed(decode(msg.payload)["type"])
 
-    kwargs = node_kwargs(keys=args.get("keys"), transport=args.get("transport"))
-    async with zmesh.Node(args["mesh"], name=f"sink-{index}", **kwargs) as node:
+    handler, hkw = _handle(on_msg, args)
+    async with zmesh.Node(args["mesh"], name=f"sink-{index}", **_kwargs(args)) as node:
         agent = node.agent(f"sink-{index}")
         if args["workload"] == "fanout":
-            await agent.subscribe(FANOUT_TOPIC, on_msg, inline=True)  # cheap: the guide's path
+            await agent.subscribe(FANOUT_TOPIC, handler, **hkw)  # inline: cheap, the guide's path
         else:
-            agent.add_handler(TOPIC, on_msg, inline=True)
+            agent.add_handler(TOPIC, handler, **hkw)
         ctl.ready({"endpoint": node.endpoint, "agent": agent.id})
         await until(lambda: counter.done, ctl)
         counter.report()
@@ -256,8 +317,7 @@ async def _source(args: dict[str, Any], ctl: Control) -> None:
 
     sinks: list[dict[str, Any]] = args["sinks"]
     seeds = [str(s["endpoint"]) for s in sinks]
-    kwargs = node_kwargs(seeds, args.get("keys"), args.get("transport"))
-    async with zmesh.Node(args["mesh"], name="source", **kwargs) as node:
+    async with zmesh.Node(args["mesh"], name="source", **_kwargs(args, seeds)) as node:
         src = node.agent("src")
         await node.wait_for_agents(*(str(s["agent"]) for s in sinks), timeout=_join_timeout(ctl))
         if args["workload"] == "fanout":
@@ -290,7 +350,8 @@ async def _source(args: dict[str, Any], ctl: Control) -> None:
                 if not await wait_acked(max(1.0, ctl.deadline.left())):
                     raise BenchTimeout("node.wait_acked(): QoS 1 messages still unacknowledged")
 
-        await run_source_async(send, int(args["n"]), ctl, drain)
+        pace = 1 if args["workload"] == "paced" else PACE_EVERY  # paced: every message travels alone
+        await run_source_async(send, int(args["n"]), ctl, drain, pace, int(args.get("size", 0)))
         await until(lambda: False, ctl)  # keep the loop (flushes, heartbeats) running until STOP
 
 
@@ -304,11 +365,23 @@ async def _echo(args: dict[str, Any], ctl: Control) -> None:
         seq += 1
         return make_reply(msg.payload, seq)
 
-    kwargs = node_kwargs(keys=args.get("keys"), transport=args.get("transport"))
-    async with zmesh.Node(args["mesh"], name="echo", **kwargs) as node:
+    flooded = 0
+
+    def on_flood(msg: zmesh.Message) -> None:
+        nonlocal flooded
+        decode(msg.payload)  # what a sink does with every envelope
+        flooded += 1
+
+    handler, hkw = _handle(on_request, args)
+    async with zmesh.Node(args["mesh"], name="echo", **_kwargs(args)) as node:
         agent = node.agent("echo")
-        agent.add_handler(TOPIC, on_request, inline=True)
-        ctl.ready({"endpoint": node.endpoint, "agent": agent.id})
+        agent.add_handler(TOPIC, handler, **hkw)
+        info = {"endpoint": node.endpoint, "agent": agent.id}
+        if args["workload"] == "rtt-loaded":  # a second agent on this node takes a flood meanwhile
+            flood_handler, fkw = _handle(on_flood, args)
+            node.agent(FLOOD_AGENT).add_handler(TOPIC, flood_handler, **fkw)
+            info["flood_agent"] = FLOOD_AGENT
+        ctl.ready(info)
         await until(lambda: False, ctl)
 
 
@@ -318,8 +391,7 @@ async def _client(args: dict[str, Any], ctl: Control) -> None:
     server: dict[str, Any] = args["server"]
     target = str(server["agent"])
     qos = int(args.get("qos", 0))
-    kwargs = node_kwargs([str(server["endpoint"])], args.get("keys"), args.get("transport"))
-    async with zmesh.Node(args["mesh"], name="client", **kwargs) as node:
+    async with zmesh.Node(args["mesh"], name="client", **_kwargs(args, [str(server["endpoint"])])) as node:
         client = node.agent("client")
         await node.wait_for_agents(target, timeout=_join_timeout(ctl))
 
@@ -328,4 +400,25 @@ async def _client(args: dict[str, Any], ctl: Control) -> None:
             payload: bytes = reply.payload
             return payload
 
-        await run_rtt_client_async(call, int(args["n"]), int(args["warmup"]), ctl)
+        if args["workload"] == "inflight64":
+            window = int(args.get("window", INFLIGHT))
+            await run_inflight_client_async(call, int(args["n"]), int(args["warmup"]), ctl, window)
+        else:
+            await run_rtt_client_async(call, int(args["n"]), int(args["warmup"]), ctl)
+
+
+async def _flooder(args: dict[str, Any], ctl: Control) -> None:
+    """``rtt-loaded``'s second sender: floods the flood agent on the echo server's node."""
+    import zmesh
+
+    server: dict[str, Any] = args["sinks"][0]
+    target = str(server["flood_agent"])
+    async with zmesh.Node(args["mesh"], name="flooder", **_kwargs(args, [str(server["endpoint"])])) as node:
+        src = node.agent("flooder")
+        await node.wait_for_agents(target, timeout=_join_timeout(ctl))
+        ctl.ready()
+
+        async def send(frame: bytes) -> None:
+            await src.send(target, TOPIC, frame)
+
+        await run_flood_async(send, ctl)
