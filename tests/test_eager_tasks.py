@@ -16,6 +16,7 @@ import contextvars
 import gc
 import sys
 import warnings
+import weakref
 from typing import Any
 
 import pytest
@@ -126,3 +127,24 @@ def test_the_backport_is_on_where_it_is_needed() -> None:
     from zmesh._runtime import eager
 
     assert eager.AVAILABLE, "asyncio's private _PyTask, _current_tasks or _register_task moved"
+
+
+async def test_a_suspended_handler_is_held_while_it_waits_on_a_future_nobody_else_holds() -> None:
+    """The loop holds Tasks weakly: a one-way handler waiting on such a future must not be collected."""
+    held: weakref.WeakSet[asyncio.Future[None]] = weakref.WeakSet()
+
+    async def handler(arg: int) -> None:
+        future = asyncio.get_running_loop().create_future()
+        held.add(future)
+        await future
+
+    outcome, tasks = Outcome(), HandlerTasks()
+    running = run_handler(handler, 1, outcome.on_done, outcome.on_failed, tasks, None, ASYNC)
+    assert running is not None
+    task = weakref.ref(running)
+    del running
+    gc.collect()
+    assert task() is not None and len(held) == 1, "the Task and its future are still alive"
+    assert outcome.failed == [] and outcome.done == []
+    await asyncio.wait_for(tasks.cancel_all(), 5)
+    assert outcome.failed == [] and tasks.running() == []

@@ -179,6 +179,29 @@ async def test_a_context_var_set_in_a_handler_does_not_leak(transport: str) -> N
     assert _seen.get() is None
 
 
+async def test_a_handler_that_waited_in_the_inbox_does_not_see_the_previous_ones_context(transport: str) -> None:
+    """With the agent's one slot taken, the next request waits and starts as the first ends,
+    from the node's context, not from the context of the handler that ended."""
+    gate = asyncio.Event()
+
+    async def job(msg: Message) -> Any:
+        before = _seen.get()
+        _seen.set(f"set by job {msg.payload}")
+        await gate.wait()
+        return before
+
+    async with Mesh(transport) as m:
+        n1, n2 = await m.node(), await m.node()
+        a, b = n1.agent("a"), n2.agent("b", concurrency=1)
+        b.add_handler("job", job)
+        await m.converged()
+        asks = [asyncio.ensure_future(a.request("b", "job", i, timeout=10)) for i in range(3)]
+        await wait_for(lambda: n2.stats()["by_agent"]["b"]["inbox"] == 2, 10, "two requests waiting")
+        gate.set()
+        replies = await asyncio.gather(*asks)
+    assert [r.payload for r in replies] == [None, None, None]
+
+
 async def test_the_requesters_context_vars_do_not_reach_a_handler(transport: str) -> None:
     async def peek(msg: Message) -> Any:
         return _seen.get()

@@ -18,6 +18,7 @@ path; docs/architecture.md (*Hand-copied hot paths*) gives what each saves.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Mapping
@@ -82,6 +83,8 @@ class Delivery:
         #: The clock's monotonic time: time.monotonic itself on the real clock (one call less a request).
         self._monotonic: Callable[[], float] = (
             time.monotonic if type(self._clock) is SystemClock else self._clock.monotonic)
+        #: The context handlers start from (copied): the node's, not a sender's or another handler's.
+        self._context = contextvars.copy_context()
         self._senders = StreamSender(dispatch.streams, self.tasks, dispatch.send_chunk, dispatch.stamp, self._clock)
 
     # -- agents ------------------------------------------------------------
@@ -286,12 +289,9 @@ class Delivery:
         if inbox.heap:  # something waits (nothing: the common case, costs nothing more)
             inbox.pumping = True
             try:
-                while True:
-                    entry = inbox.take()
-                    agent = self._agents.get(agent_id)
-                    if entry is None or agent is None:
-                        break
-                    self._start(agent, inbox, entry)
+                # In a copy of the node's context: this runs in the context of the handler
+                # that ended, which the next one's Task would copy (its contextvars with it).
+                self._context.copy().run(self._start_queued, agent_id, inbox)
             finally:
                 inbox.pumping = False
         if inbox.slow and len(inbox) <= inbox.max_count // 2:
@@ -299,6 +299,14 @@ class Delivery:
         mesh = self._mesh
         if not mesh.in_drain:
             mesh.handler_ended()
+
+    def _start_queued(self, agent_id: str, inbox: Inbox) -> None:
+        while True:
+            entry = inbox.take()
+            agent = self._agents.get(agent_id)
+            if entry is None or agent is None:
+                return
+            self._start(agent, inbox, entry)
 
     def _handler_done(self, result: Any, extra: tuple[HostedAgent, Entry]) -> None:
         agent, entry = extra

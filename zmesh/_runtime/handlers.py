@@ -42,13 +42,12 @@ import logging
 import os
 import sys
 from types import CoroutineType, GeneratorType
-from collections.abc import Mapping
 from typing import Any, Callable, Coroutine, TypeAlias
 
 from .eager import AVAILABLE as EAGER_BACKPORT
 from .eager import EagerTask
 
-__all__ = ["run_handler", "HandlerTask", "HandlerTasks", "DEFERRED", "Deferred", "handler_mode", "ASYNC", "THREAD", "INLINE",
+__all__ = ["run_handler", "HandlerTasks", "DEFERRED", "Deferred", "handler_mode", "ASYNC", "THREAD", "INLINE",
            "DEFAULT_WORKERS", "finish"]
 
 log = logging.getLogger("zmesh")
@@ -100,35 +99,6 @@ Running: TypeAlias = "asyncio.Task[None] | EagerTask | concurrent.futures.Future
 Failed = Callable[[BaseException, Any], None]
 
 
-class HandlerTask(asyncio.Task):  # type: ignore[type-arg]
-    """A coroutine handler's Task (a subclass made per node, see :class:`HandlerTasks`).
-
-    It needs no done callback: :func:`_guarded` reports the handler's end from
-    inside the Task, and :meth:`HandlerTasks.cancel_all` finds the node's
-    Tasks among ``asyncio.all_tasks()`` by their class. A done callback costs a
-    loop turn each (two were a third of an ``async def`` handler's cost on
-    Python 3.10), so only a cancel adds one, for a Task that never got to its
-    first step (see :func:`_cancelled_unstarted`).
-    """
-
-    def cancel(self, msg: Any = None) -> bool:
-        guarded: Any = self.get_coro()
-        if not self.done() and inspect.getcoroutinestate(guarded) == inspect.CORO_CREATED:
-            # Cancelled before its first step: the CancelledError is thrown into
-            # _guarded before its try, so _guarded cannot report it.
-            self.add_done_callback(functools.partial(_cancelled_unstarted, guarded.cr_frame.f_locals))
-        return super().cancel(msg)
-
-
-def _cancelled_unstarted(arguments: Mapping[str, Any], task: asyncio.Task[None]) -> None:
-    """What _guarded would have done for a handler whose Task was cancelled before it started."""
-    coro: Coroutine[Any, Any, Any] = arguments["coro"]
-    tasks: HandlerTasks = arguments["tasks"]
-    coro.close()  # never awaited: close it, or Python warns so
-    if task.cancelled() and not tasks.closing:
-        arguments["failed"](asyncio.CancelledError(), arguments["extra"])
-
-
 class HandlerTasks:
     """The handlers of one node still running (Tasks and pool threads), and its worker pools.
 
@@ -137,11 +107,12 @@ class HandlerTasks:
     Threads start only when a plain handler needs one.
     """
 
-    __slots__ = ("_tasks", "_threads", "_pools", "_sizes", "workers", "closing", "node_id", "task_class", "eager_class")
+    __slots__ = ("_tasks", "_threads", "_pools", "_sizes", "workers", "closing", "node_id")
 
     def __init__(self, workers: int | None = None, node_id: str = "") -> None:
-        #: Other Tasks of the node's (stream senders), cancelled on close with the handlers'.
-        self._tasks: set[asyncio.Task[None]] = set()
+        #: The handler Tasks still running (and the node's stream senders): the loop
+        #: itself holds Tasks weakly, so a Task that waits on a future nobody else holds would vanish.
+        self._tasks: set[asyncio.Task[None] | EagerTask] = set()
         #: The pool work not finished yet, by the key of the pool it was submitted for.
         self._threads: dict[str, set[concurrent.futures.Future[Any]]] = {}
         self._pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
@@ -149,20 +120,14 @@ class HandlerTasks:
         self.workers = workers
         self.closing = False
         self.node_id = node_id
-        #: The class of this node's handler Tasks: how cancel_all tells them from other nodes'.
-        self.task_class: type[HandlerTask] = type("HandlerTask", (HandlerTask,), {"__slots__": ()})
-        self.eager_class: type[EagerTask] = type("HandlerTask", (EagerTask,), {})
 
-    def add(self, task: asyncio.Task[None]) -> None:
+    def add(self, task: asyncio.Task[None] | EagerTask) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def running(self) -> list[asyncio.Task[Any]]:
-        """The node's handler Tasks (and others added) not ended yet."""
-        task_class = self.task_class
-        eager_class = self.eager_class
-        return [task for task in asyncio.all_tasks() if task.__class__ is task_class or task.__class__ is eager_class
-                ] + list(self._tasks)
+    def running(self) -> list[asyncio.Task[None] | EagerTask]:
+        """The node's handler Tasks (and stream senders) not ended yet."""
+        return list(self._tasks)
 
     def add_pool(self, key: str, size: int) -> None:
         """Plain handlers submitted for ``key`` (an agent id) get ``size`` threads of their own."""
@@ -206,7 +171,7 @@ class HandlerTasks:
         thread cannot be cancelled: one still running then is left behind)."""
         self.closing = True
         me = asyncio.current_task()
-        tasks = [task for task in self.running() if task is not me]
+        tasks = [task for task in self._tasks if task is not me]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -301,6 +266,16 @@ def _thread_finished(
         failed(value, extra)
 
 
+def _close_if_cancelled(coro: Coroutine[Any, Any, Any], failed: Failed, extra: Any, tasks: HandlerTasks,
+                        task: asyncio.Task[None]) -> None:
+    if task.cancelled():
+        coro.close()
+        if not tasks.closing:
+            # Cancelled before its first step (a cancel that came in the same batch as the
+            # request): _guarded never ran, so report it as it would have.
+            failed(asyncio.CancelledError(), extra)
+
+
 def finish(result: Any, done: Done, failed: Failed, extra: Any, tasks: HandlerTasks) -> asyncio.Task[None] | None:
     """What :func:`run_handler` does with a handler's return value (a coroutine
     is awaited in a Task): that Task while it runs, else None."""
@@ -310,11 +285,18 @@ def finish(result: Any, done: Done, failed: Failed, extra: Any, tasks: HandlerTa
         done(result, extra)
         return None
     loop = asyncio.get_running_loop()
-    task: asyncio.Task[None]
+    wrapped = _guarded(result, done, failed, extra, tasks)
+    task: asyncio.Task[None] | EagerTask
     if _EAGER:  # (without loop=, 3.13 does not start it eagerly)
-        task = tasks.task_class(_guarded(result, done, failed, extra, tasks), loop=loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
+        task = asyncio.Task(wrapped, loop=loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
     elif _BACKPORT:
-        task = tasks.eager_class(_guarded(result, done, failed, extra, tasks), loop)
+        task = EagerTask(wrapped, loop)
     else:
-        return tasks.task_class(_guarded(result, done, failed, extra, tasks), loop=loop)
-    return None if task.done() else task
+        task = loop.create_task(wrapped)
+        # Cancelled (the node closes) before its first step, the task never
+        # awaits the handler's coroutine: close it, or Python warns it was never awaited.
+        task.add_done_callback(functools.partial(_close_if_cancelled, result, failed, extra, tasks))
+    if task.done():  # ended in its first step: nothing holds it, nothing waits for it
+        return None
+    tasks.add(task)  # (only a handler that suspended pays for the done callback)
+    return task

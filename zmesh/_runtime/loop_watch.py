@@ -57,7 +57,10 @@ def _handler_frame(frame: FrameType | None) -> FrameType | None:
             called = True
         elif called and not in_zmesh:
             if code.co_filename.startswith(_STDLIB) and not code.co_filename.startswith(_INSTALLED):
-                return None  # zmesh was handing the handler on (a thread, a Task): not running it
+                # zmesh was handing the handler on (a thread, a Task): not running it here,
+                # unless a zmesh caller further in runs it (an eager Task's first step on 3.10/3.11)
+                called = False
+                continue
             return outer_first  # the first frame past zmesh's that called it (wrappers included)
     return None
 
