@@ -61,7 +61,7 @@ class LinkPlumbing:
     #: Count a drop and tell the host: ``(reason, where)``.
     drop: Callable[[str, str], None]
     #: Read a socket on the loop: ``(socket, on_parts, again)``.
-    drain: Callable[[zmq.Socket[Any] | None, Callable[[list[bytes]], None], Callable[[], None]], None]
+    drain: Callable[[zmq.Socket[Any] | None, Callable[[bytes], None], Callable[[], None]], None]
     is_closed: Callable[[], bool]
 
 
@@ -353,14 +353,11 @@ class KeyedSubscription:
     def drain(self) -> None:
         self._plumbing.drain(self._sock, self._parts, self.drain)
 
-    def _parts(self, parts: list[bytes]) -> None:
-        transport = self._transport
-        if len(parts) != 2 or parts[0] != b"M":
-            self._plumbing.drop("malformed", "sub: unexpected frames")
-        elif not transport.may_dial(self.server_key):
+    def _parts(self, frame: bytes) -> None:
+        if not self._transport.may_dial(self.server_key):
             self._plumbing.drop("untrusted_key", self.endpoint)  # distrusted; not cut yet
         else:
-            self._plumbing.host.on_pub_frame(parts[1], self.server_key)
+            self._plumbing.host.on_pub_frame(frame, self.server_key)
 
     def announce(self) -> None:
         if self._sock is not None:

@@ -21,7 +21,7 @@ from ._senders import Sender, Senders, hex_id
 
 __all__ = ["Receiving"]
 
-_NOBLOCK, _POLLIN, _EVENTS, _RCVMORE = zs.NOBLOCK, zs.POLLIN, zs.EVENTS, zs.RCVMORE
+_NOBLOCK, _POLLIN, _EVENTS = zs.NOBLOCK, zs.POLLIN, zs.EVENTS
 _SRCFD = int(zmq.SRCFD)
 _EHOSTUNREACH = zmq.EHOSTUNREACH
 _DRAIN_BUDGET = 1024  # frames read per drain, at most ...
@@ -79,9 +79,6 @@ class Receiving:
         making a goodbye look like a lost connection."""
         self._drain_router()
 
-    def _drain_sub(self) -> None:
-        self._drain(self._sub, self._sub_parts, self._drain_sub)
-
     def _drain_router(self) -> None:
         """As :meth:`_drain`, for the ROUTER: a routing id's first frame is read
         as a zmq.Frame, for the descriptor of its connection (which has finished
@@ -97,26 +94,24 @@ class Receiving:
             for _ in range(_DRAIN_BUDGET):
                 if not opt(_EVENTS) & _POLLIN:  # type: ignore[operator]
                     break
+                # A ROUTER's message is the routing id ZeroMQ puts first, then what the
+                # peer sent. The body is read as a zmq.Frame: its .more costs less than a
+                # getsockopt(RCVMORE), which makes an enum of its option on every call.
                 routing_id: bytes = recv(_NOBLOCK)
-                if not opt(_RCVMORE):
+                frame: zmq.Frame = recv(_NOBLOCK, copy=False)
+                if frame.more:
+                    while recv(_NOBLOCK, copy=False).more:
+                        pass
                     self._drop("malformed", "router: wrong number of frames")
                     continue
                 sender = by_id.get(routing_id)
                 if sender is None:
-                    frame = recv(_NOBLOCK, copy=False)
-                    body: bytes = frame.bytes
                     sender = self._first_frame(routing_id, frame, trusted is not None)
-                else:
-                    body = recv(_NOBLOCK)
-                if opt(_RCVMORE):
-                    while opt(_RCVMORE):
-                        recv(_NOBLOCK)
-                    self._drop("malformed", "router: wrong number of frames")
-                elif sender is not None:
+                if sender is not None:
                     if trusted is None:
-                        host.on_direct_frame(sender[0], body)
+                        host.on_direct_frame(sender[0], frame.bytes)
                     elif sender[1] in trusted.keys:
-                        host.on_direct_frame(sender[0], body, sender[1])
+                        host.on_direct_frame(sender[0], frame.bytes, sender[1])
                     else:
                         self._drop("untrusted_key", str(sender[1]))  # admitted, then distrusted
                 if _monotonic() > until:
@@ -143,19 +138,20 @@ class Receiving:
         except zmq.ZMQError:  # not through our ZAP handler: cannot happen on a CURVE server
             return None
 
-    def _sub_parts(self, parts: list[bytes]) -> None:
-        if len(parts) != 2 or parts[0] != b"M":
-            self._drop("malformed", "sub: unexpected frames")
-        else:
-            self._host.on_pub_frame(parts[1])  # type: ignore[union-attr]
+    def _drain_sub(self) -> None:
+        self._drain(self._sub, self._publication, self._drain_sub)
 
-    def _drain(
-        self, sock: zmq.Socket[Any] | None, handle: Callable[[list[bytes]], None], again: Callable[[], None]
-    ) -> None:
-        """Read until the socket is empty (ZMQ_FD is edge-triggered), in bounded batches.
+    def _publication(self, frame: bytes) -> None:
+        self._host.on_pub_frame(frame)  # type: ignore[union-attr]
+
+    def _drain(self, sock: zmq.Socket[Any] | None, handle: Callable[[bytes], None], again: Callable[[], None]) -> None:
+        """Read a SUB's publications until it is empty (ZMQ_FD is edge-triggered), in
+        bounded batches; ``handle`` gets each one's frame.
 
         Asking ZMQ_EVENTS before each read is cheaper than the EAGAIN
-        exception a last read would raise, and it re-arms the edge.
+        exception a last read would raise, and it re-arms the edge. A
+        publication is two frames, b"M" and the frame, read as zmq.Frames for
+        their .more (see _drain_router).
         """
         host = self._host
         if sock is None or host is None or sock.closed:
@@ -169,10 +165,14 @@ class Receiving:
             for _ in range(_DRAIN_BUDGET):
                 if not opt(_EVENTS) & _POLLIN:  # type: ignore[operator]
                     break
-                parts = [recv(_NOBLOCK)]
-                while opt(_RCVMORE):
-                    parts.append(recv(_NOBLOCK))
-                handle(parts)
+                head: zmq.Frame = recv(_NOBLOCK, copy=False)
+                frame: zmq.Frame | None = recv(_NOBLOCK, copy=False) if head.more else None
+                if frame is None or frame.more or head.bytes != b"M":
+                    while frame is not None and frame.more:
+                        frame = recv(_NOBLOCK, copy=False)
+                    self._drop("malformed", "sub: unexpected frames")
+                else:
+                    handle(frame.bytes)
                 if _monotonic() > until:
                     self._reschedule(again)
                     break
