@@ -380,6 +380,35 @@ async def test_a_handler_can_close_its_own_node(transport: str) -> None:
         assert node.closed
 
 
+async def test_closing_a_node_that_is_closing_waits_until_its_handlers_are_stopped(transport: str) -> None:
+    """zmesh.run closes nodes from a task of its own on SIGTERM, then main's ``async with``
+    closes again: that close must not return (and let main tear down an SDK client)
+    while the first is still saying goodbye and the handlers run."""
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    async def hold(msg: Message) -> str:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+        return "never"
+
+    async with pair(transport, {"hold": hold}) as (a, node):
+        request = asyncio.ensure_future(a.request("b", "hold", timeout=10))
+        await asyncio.wait_for(started.wait(), 5)
+        first = asyncio.ensure_future(node.close())
+        await asyncio.sleep(0)  # one turn: the first close takes its first step, to its goodbye
+        assert node.closed
+        assert not stopped.is_set(), "the first close is still saying goodbye"
+        await node.close()  # (not in wait_for: its own Task would give the first close time to end)
+        assert stopped.is_set(), "the second close returned before the handler was stopped"
+        await asyncio.wait_for(first, 5)
+        with pytest.raises(zmesh.PeerLost):
+            await request
+
+
 async def test_a_handler_task_the_application_cancels_fails_its_request_and_frees_its_slot(transport: str) -> None:
     # The "stop generation" pattern: a control handler cancels a running job's Task.
     jobs: dict[str, asyncio.Task[Any]] = {}

@@ -212,6 +212,7 @@ class Node(WatchCalls):
         self.dead_letters: DeadLetters = self._dispatch.dead_letters
         self._started = False
         self._closed = False
+        self._closing: asyncio.Future[None] | None = None  # done once close() has ended
         self._started_at: float | None = None
 
     # -- lifecycle -------------------------------------------------------
@@ -255,16 +256,25 @@ class Node(WatchCalls):
         May be called from inside a handler: that handler is not cancelled.
         """
         if self._closed:
+            # Closing already (zmesh.run's signal handler, say): wait until it is done, so what
+            # the caller tears down next (an SDK client) is not torn down under running handlers.
+            # A handler of this node returns at once: the first close waits for it to end.
+            if self._closing is not None and not self._dispatch.tasks.runs(asyncio.current_task()):
+                await asyncio.shield(self._closing)
             return
         self._closed = True
-        self._dispatch.close()
-        untrack(self)
-        unwatch_loop(self)
-        await self._mesh.leave()
-        self._dispatch.wake_all()
-        await self._dispatch.tasks.cancel_all()
-        await self._mesh.close(self._started)
-        self._watch.end()
+        self._closing = asyncio.get_running_loop().create_future()
+        try:
+            self._dispatch.close()
+            untrack(self)
+            unwatch_loop(self)
+            await self._mesh.leave()
+            self._dispatch.wake_all()
+            await self._dispatch.tasks.cancel_all()
+            await self._mesh.close(self._started)
+            self._watch.end()
+        finally:
+            self._closing.set_result(None)
 
     @property
     def closed(self) -> bool:

@@ -125,6 +125,10 @@ class HandlerTasks:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def runs(self, task: asyncio.Task[Any] | None) -> bool:
+        """Is ``task`` one of the node's handlers that suspended (or its stream senders)?"""
+        return task in self._tasks
+
     def running(self) -> list[asyncio.Task[None] | EagerTask]:
         """The node's handler Tasks (and stream senders) not ended yet."""
         return list(self._tasks)
