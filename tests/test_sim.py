@@ -193,3 +193,17 @@ def test_the_sim_catches_qos1_loss_without_retransmission(monkeypatch: pytest.Mo
     monkeypatch.setattr(reliable.Reliable, "_retry", lambda self, entry, now: None)
     results = [run(8, seed, "restart=2,loss=0.2,partition", 90.0) for seed in range(30, 36)]
     assert any("never handled" in v for r in results for v in r.violations)
+
+
+HEAVY = "crash=3,restart=2,stall=3,partition=2,loss=0.3,dup,reorder"
+
+
+@pytest.mark.timeout(60)
+def test_a_claimant_cut_off_after_its_hello_fails_requests_with_peer_lost() -> None:
+    # Issue 23, seed 500261: n3 read restarted n8's HELLO at 21.466 when its
+    # stall ended, took the claim up at 22.466, and counted n8 as heard then;
+    # n8 was cut off (20.330-25.178), so n3 never expired it and request r48,
+    # sent to it at 24.495 and lost in the cut, was still pending at the end.
+    result = run(10, 500261, HEAVY, 60.0)
+    assert result.violations == [], result.violations
+    assert result.transitions.get("joined/restarted", 0) >= 1  # the claim path ran
