@@ -7,11 +7,13 @@ Every failure message carries the command that replays it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from zmesh._engine import reliable
 from zmesh.liveness import LivenessConfig
 from zmesh.sim import FaultSpec, parse_faults, replay_command, run
 from zmesh.sim.faults import Fault
+from zmesh.sim.invariants import Episode, Req, RequestLog, check_requests
 from zmesh.sim.network import Network
 from zmesh.sim.world import World
 
@@ -207,3 +210,40 @@ def test_a_claimant_cut_off_after_its_hello_fails_requests_with_peer_lost() -> N
     result = run(10, 500261, HEAVY, 60.0)
     assert result.violations == [], result.violations
     assert result.transitions.get("joined/restarted", 0) >= 1  # the claim path ran
+
+
+@pytest.mark.timeout(60)
+def test_a_peer_lost_after_a_cut_healed_is_no_violation_when_the_silence_began_in_it() -> None:
+    # Issue 23, seed 70281: n05 was cut off from n04 (17.699-27.641) and
+    # stalled (20.281-27.599). n04 expired n05 at 20.291; n05 heard nothing
+    # of n04 for 3 s of its own running time (2.67 s before its stall, 0.25 s
+    # after) and expired it at 27.849. Its request r59, sent at 27.836 after
+    # both ended, was dropped by n04 as a stranger's and failed with PeerLost
+    # at once: right, although no cut overlapped the request itself.
+    result = run(12, 70281, HEAVY, 60.0)
+    assert result.violations == [], result.violations
+    assert result.requests.get("PeerLost", 0) >= 1
+
+
+def _ledger(sent: float, done: float, outcome: str = "PeerLost") -> RequestLog:
+    sender = SimpleNamespace(node_id="s", uid=1, alive=True)
+    target = SimpleNamespace(node_id="t", died_at=math.inf)
+    log = RequestLog()
+    log.add(("s.a", "r1"), Req("r1", sender, "t", target, sent))  # type: ignore[arg-type]
+    log.done(sender, ("s.a", "r1"), outcome, done)  # type: ignore[arg-type]
+    return log
+
+
+def test_a_peer_lost_needs_a_cut_within_the_silence_that_expired_its_target() -> None:
+    cut = Episode("partition", 10.0, 20.0, group=("t",))
+    stall = Episode("stall", 18.0, 25.0, node="s")  # the sender's: its stalled time is not silence
+    # No cut at all, or one that ended before the silence could begin: a violation.
+    assert check_requests(_ledger(30.0, 30.1), [], 60.0)
+    assert check_requests(_ledger(30.0, 30.1), [cut], 60.0)
+    assert check_requests(_ledger(30.0, 30.1), [cut, Episode("stall", 18.0, 22.0, node="s")], 60.0)
+    # The cut overlaps the request, or the silence (back over the sender's stall): none.
+    assert not check_requests(_ledger(15.0, 16.0), [cut], 60.0)
+    assert not check_requests(_ledger(21.0, 21.5), [cut], 60.0)
+    assert not check_requests(_ledger(25.1, 25.2), [cut, stall], 60.0)
+    # Any other outcome is judged as before: a reply is fine.
+    assert not check_requests(_ledger(30.0, 30.1, "reply:ok"), [], 60.0)
