@@ -68,6 +68,36 @@ def test_many_seeds_with_mixed_faults_keep_every_invariant() -> None:
     assert not failures, f"{len(failures)} of {SEEDS} seeds broke an invariant:\n" + "\n".join(failures)
 
 
+HEAVY = "crash=3,restart=2,stall=3,partition=2,loss=0.3,dup,reorder"
+HEAVY_SEEDS = range(1000, 1200)  # 0.1-0.5 s each; 8,000 more in issue 23's soak
+
+
+def heavy_mix(seed: int) -> tuple[int, float]:
+    """The mesh size and run length the heavy-faults test uses for ``seed``:
+    8-12 nodes; 30 s (the faults start within 5-13 s, so they overlap more)
+    or 60 s, the CLI's default (within 5-25 s)."""
+    rng = random.Random(f"heavy-{seed}")
+    return rng.randint(8, 12), rng.choice((DURATION, 60.0))
+
+
+@pytest.mark.timeout(180)
+def test_many_seeds_with_heavy_faults_keep_every_invariant() -> None:
+    # Every fault at once, as issue 23's runs had them: three crashes (two
+    # of them back), three stalls and two partitions, overlapping, under
+    # 30 % loss, duplicates and reordering.
+    failures = []
+    for seed in HEAVY_SEEDS:
+        nodes, duration = heavy_mix(seed)
+        result = run(nodes, seed, HEAVY, duration)
+        if result.violations or result.converged_after_s is None:
+            failures.append(
+                f"seed {seed} ({nodes} nodes, {HEAVY}); replay with:\n    "
+                f"{replay_command(nodes, seed, HEAVY, duration)}\n    faults: {result.faults}\n    "
+                + "\n    ".join(result.violations[:5])
+            )
+    assert not failures, f"{len(failures)} of {len(HEAVY_SEEDS)} heavy seeds broke an invariant:\n" + "\n".join(failures)
+
+
 @pytest.mark.timeout(30)
 def test_the_same_seed_gives_the_same_result() -> None:
     first = run(6, 7, "crash,restart,stall,partition,loss=0.05,dup,reorder", DURATION)
@@ -196,9 +226,6 @@ def test_the_sim_catches_qos1_loss_without_retransmission(monkeypatch: pytest.Mo
     monkeypatch.setattr(reliable.Reliable, "_retry", lambda self, entry, now: None)
     results = [run(8, seed, "restart=2,loss=0.2,partition", 90.0) for seed in range(30, 36)]
     assert any("never handled" in v for r in results for v in r.violations)
-
-
-HEAVY = "crash=3,restart=2,stall=3,partition=2,loss=0.3,dup,reorder"
 
 
 @pytest.mark.timeout(60)
