@@ -7,11 +7,13 @@ Every failure message carries the command that replays it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from zmesh._engine import reliable
 from zmesh.liveness import LivenessConfig
 from zmesh.sim import FaultSpec, parse_faults, replay_command, run
 from zmesh.sim.faults import Fault
+from zmesh.sim.invariants import Episode, Req, RequestLog, check_requests
 from zmesh.sim.network import Network
 from zmesh.sim.world import World
 
@@ -63,6 +66,36 @@ def test_many_seeds_with_mixed_faults_keep_every_invariant() -> None:
                 + "\n    ".join(result.violations[:5])
             )
     assert not failures, f"{len(failures)} of {SEEDS} seeds broke an invariant:\n" + "\n".join(failures)
+
+
+HEAVY = "crash=3,restart=2,stall=3,partition=2,loss=0.3,dup,reorder"
+HEAVY_SEEDS = range(1000, 1200)  # 0.1-0.5 s each; 8,000 more in issue 23's soak
+
+
+def heavy_mix(seed: int) -> tuple[int, float]:
+    """The mesh size and run length the heavy-faults test uses for ``seed``:
+    8-12 nodes; 30 s (the faults start within 5-13 s, so they overlap more)
+    or 60 s, the CLI's default (within 5-25 s)."""
+    rng = random.Random(f"heavy-{seed}")
+    return rng.randint(8, 12), rng.choice((DURATION, 60.0))
+
+
+@pytest.mark.timeout(180)
+def test_many_seeds_with_heavy_faults_keep_every_invariant() -> None:
+    # Every fault at once, as issue 23's runs had them: three crashes (two
+    # of them back), three stalls and two partitions, overlapping, under
+    # 30 % loss, duplicates and reordering.
+    failures = []
+    for seed in HEAVY_SEEDS:
+        nodes, duration = heavy_mix(seed)
+        result = run(nodes, seed, HEAVY, duration)
+        if result.violations or result.converged_after_s is None:
+            failures.append(
+                f"seed {seed} ({nodes} nodes, {HEAVY}); replay with:\n    "
+                f"{replay_command(nodes, seed, HEAVY, duration)}\n    faults: {result.faults}\n    "
+                + "\n    ".join(result.violations[:5])
+            )
+    assert not failures, f"{len(failures)} of {len(HEAVY_SEEDS)} heavy seeds broke an invariant:\n" + "\n".join(failures)
 
 
 @pytest.mark.timeout(30)
@@ -193,3 +226,51 @@ def test_the_sim_catches_qos1_loss_without_retransmission(monkeypatch: pytest.Mo
     monkeypatch.setattr(reliable.Reliable, "_retry", lambda self, entry, now: None)
     results = [run(8, seed, "restart=2,loss=0.2,partition", 90.0) for seed in range(30, 36)]
     assert any("never handled" in v for r in results for v in r.violations)
+
+
+@pytest.mark.timeout(60)
+def test_a_claimant_cut_off_after_its_hello_fails_requests_with_peer_lost() -> None:
+    # Issue 23, seed 500261: n3 read restarted n8's HELLO at 21.466 when its
+    # stall ended, took the claim up at 22.466, and counted n8 as heard then;
+    # n8 was cut off (20.330-25.178), so n3 never expired it and request r48,
+    # sent to it at 24.495 and lost in the cut, was still pending at the end.
+    result = run(10, 500261, HEAVY, 60.0)
+    assert result.violations == [], result.violations
+    assert result.transitions.get("joined/restarted", 0) >= 1  # the claim path ran
+
+
+@pytest.mark.timeout(60)
+def test_a_peer_lost_after_a_cut_healed_is_no_violation_when_the_silence_began_in_it() -> None:
+    # Issue 23, seed 70281: n05 was cut off from n04 (17.699-27.641) and
+    # stalled (20.281-27.599). n04 expired n05 at 20.291; n05 heard nothing
+    # of n04 for 3 s of its own running time (2.67 s before its stall, 0.25 s
+    # after) and expired it at 27.849. Its request r59, sent at 27.836 after
+    # both ended, was dropped by n04 as a stranger's and failed with PeerLost
+    # at once: right, although no cut overlapped the request itself.
+    result = run(12, 70281, HEAVY, 60.0)
+    assert result.violations == [], result.violations
+    assert result.requests.get("PeerLost", 0) >= 1
+
+
+def _ledger(sent: float, done: float, outcome: str = "PeerLost") -> RequestLog:
+    sender = SimpleNamespace(node_id="s", uid=1, alive=True)
+    target = SimpleNamespace(node_id="t", died_at=math.inf)
+    log = RequestLog()
+    log.add(("s.a", "r1"), Req("r1", sender, "t", target, sent))  # type: ignore[arg-type]
+    log.done(sender, ("s.a", "r1"), outcome, done)  # type: ignore[arg-type]
+    return log
+
+
+def test_a_peer_lost_needs_a_cut_within_the_silence_that_expired_its_target() -> None:
+    cut = Episode("partition", 10.0, 20.0, group=("t",))
+    stall = Episode("stall", 18.0, 25.0, node="s")  # the sender's: its stalled time is not silence
+    # No cut at all, or one that ended before the silence could begin: a violation.
+    assert check_requests(_ledger(30.0, 30.1), [], 60.0)
+    assert check_requests(_ledger(30.0, 30.1), [cut], 60.0)
+    assert check_requests(_ledger(30.0, 30.1), [cut, Episode("stall", 18.0, 22.0, node="s")], 60.0)
+    # The cut overlaps the request, or the silence (back over the sender's stall): none.
+    assert not check_requests(_ledger(15.0, 16.0), [cut], 60.0)
+    assert not check_requests(_ledger(21.0, 21.5), [cut], 60.0)
+    assert not check_requests(_ledger(25.1, 25.2), [cut, stall], 60.0)
+    # Any other outcome is judged as before: a reply is fine.
+    assert not check_requests(_ledger(30.0, 30.1, "reply:ok"), [], 60.0)

@@ -78,12 +78,12 @@ def claim(members: Members, peer: Peer, key: str, hello: Hello, now: float) -> N
             log.info("zmesh %s: node %s did not answer; a new connection takes its name",
                      e.node_id, printable(peer.node_id))
             return
-        members.claims[peer.node_id] = (key, hello, e.sender_public_key)
+        members.claims[peer.node_id] = (key, hello, e.sender_public_key, now)
         raise FrameError("claimed_node", f"node {peer.node_id!r} is being asked whether it lives")
     if now - peer.challenged >= liveness.heartbeat:  # one ping per heartbeat, however many claims
         peer.challenged, peer.answered = now, False
         e.enqueue(peer.node_id, encode_control(Ping(True)))
-        members.claims[peer.node_id] = (key, hello, e.sender_public_key)
+        members.claims[peer.node_id] = (key, hello, e.sender_public_key, now)
     raise FrameError("claimed_node", f"node {peer.node_id!r} answers on its own connection")
 
 
@@ -92,17 +92,26 @@ def tick_claims(members: Members, now: float) -> None:
     e = members.e
     assert e.liveness is not None  # claims are kept only with liveness
     window = claim_window(e.liveness)
-    for node_id, (key, hello, public_key) in list(members.claims.items()):
+    for node_id, (key, hello, public_key, heard) in list(members.claims.items()):
         peer = members.peers.get(node_id)
         if peer is not None and peer.answered:
             del members.claims[node_id]  # it lives: the claim was not its own
         elif peer is None or now - peer.challenged >= window:
             del members.claims[node_id]
             e.sender_public_key = public_key  # the key the claim's HELLO came with, not the last frame's
+            floor = peer.last_heard if peer is not None else heard
             try:
                 members.on_hello(key, hello, now)
             except FrameError as exc:
                 e.drop(exc.reason, key, exc.detail)
+                continue
+            taken = members.by_key.get(key)
+            if taken is not None:
+                # The claimant was last heard when its HELLO came, not now: the
+                # claim window is no sign of life, or a claimant cut off since
+                # would outlive expire_after by it (and a request sent to it
+                # would wait for its timeout, not fail with PeerLost).
+                taken.last_heard = max(floor, heard) if taken is peer else heard
 
 
 def make_room(members: Members, now: float) -> None:

@@ -57,8 +57,8 @@ class Members:
         #: of the subscribing connection, or None keyless; when), oldest first.
         self.ready_keys: dict[str, tuple[str | None, float]] = {}
         self.waiting: dict[str, None] = {}  # second-hand endpoints to knock on when there is room
-        # node id -> the latest HELLO claiming it elsewhere (with the public key it came with)
-        self.claims: dict[str, tuple[str, Hello, str | None]] = {}
+        # node id -> the latest HELLO claiming it elsewhere (with the public key it came with, and when)
+        self.claims: dict[str, tuple[str, Hello, str | None, float]] = {}
         self.endpoints: dict[str, str] = {}  # every router endpoint of every peer -> its node id
         self.parked = Parked(engine)
         self._hello: tuple[tuple[int, int, bool], bytes] | None = None

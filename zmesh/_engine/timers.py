@@ -36,6 +36,8 @@ def tick(members: Members, now: float) -> None:
             for peer in members.peers.values():
                 peer.last_heard = min(now, peer.last_heard + blind)
                 peer.challenged = min(now, peer.challenged + blind)  # its answer may be unread too
+            for node_id, (key, hello, public_key, heard) in list(members.claims.items()):
+                members.claims[node_id] = (key, hello, public_key, min(now, heard + blind))
         members.last_tick = now
         if members.claims and not woke:
             admission.tick_claims(members, now)

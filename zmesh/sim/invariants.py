@@ -13,7 +13,9 @@ string that names the nodes involved.
 4. Requests: one lost while pending (its node crashed, was stalled past the
    expiry, or was cut off) has completed, by a reply or PeerLost; nothing is
    pending except requests of the last 60 s to live nodes; no PeerLost while
-   the target was live and reachable the whole time; every reply is "ok".
+   the target was live and reachable the whole time (the request's life, and
+   the silence of expire_after before the PeerLost, which may have begun
+   in a cut that healed before the request was sent); every reply is "ok".
    Every live node is settled: each joined peer acknowledged its latest record.
    QoS 1: every message whose sender lived to the end, to an agent whose
    node is live at the end, was handled (by some incarnation of that node),
@@ -220,6 +222,23 @@ def _noticed_by(ep: Episode, sender: str, episodes: list[Episode]) -> float:
     return start + MUST_EXPIRE if ep.end - start >= MUST_EXPIRE else math.inf
 
 
+def _silent_since(done: float, sender: str, episodes: list[Episode]) -> float:
+    """The earliest time the silence that made the sender expire a peer at
+    ``done`` can have begun: MUST_EXPIRE of the sender's running time back
+    from ``done`` (its stalls do not count: its engine shifts a peer's last
+    sign of life over them), so a cut that ended just before a request was
+    sent can still be what expires its target."""
+    start, left = done, MUST_EXPIRE
+    for stall in sorted((ep for ep in episodes if ep.kind == "stall" and ep.node == sender and ep.start < done),
+                        key=lambda ep: ep.end, reverse=True):
+        if stall.end <= start - left:
+            break
+        if stall.end < start:
+            left -= start - stall.end
+        start = min(start, stall.start)
+    return start - left
+
+
 def check_requests(log: RequestLog, episodes: list[Episode], now: float) -> list[str]:
     """Invariant 4, at the end of the run."""
     out = list(log.problems)
@@ -249,7 +268,11 @@ def check_requests(log: RequestLog, episodes: list[Episode], now: float) -> list
             elif req.sent < now - REQUEST_TIMEOUT:
                 out.append(f"{what}: still pending after its {REQUEST_TIMEOUT:g} s timeout")
         elif req.outcome == "PeerLost":
-            if not why and not overlapping and not sender_stalled:
+            # PeerLost means the target was seen gone (a death, or silence for
+            # expire_after): something must have cut it off within that silence.
+            since = min(req.sent, _silent_since(req.done, sid, episodes))
+            if not why and not sender_stalled and not any(
+                    ep.start < req.done and ep.end > since and ep.separates(sid, tid) for ep in episodes):
                 out.append(f"{what}: PeerLost @{req.done:.3f} although {tid} was live and reachable")
         elif req.outcome == "Timeout":
             if noticed < req.done:
