@@ -1,4 +1,4 @@
-"""The bench's cost tool keeps working on this tree (its figures are quoted in docs/reliability.md)."""
+"""The bench's cost tools keep working on this tree (their figures are quoted in docs/reliability.md and docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -19,3 +19,11 @@ def test_a_bad_command_line_is_a_usage_error(capsys: pytest.CaptureFixture[str])
     assert main(["both"]) == 2
     assert main(["fast", "10"]) == 2
     assert "send_cost.py" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", ["events-rcvmore", "events-frame", "again-frame", "multipart"])
+def test_each_zmq_receive_mode_reads_every_message(mode: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.zmq_receive_cost import main as receive_cost
+
+    assert receive_cost([mode, "100"]) == 0
+    assert f"{mode}: 100 of 100 read" in capsys.readouterr().out
