@@ -168,3 +168,25 @@ def test_the_watchdog_names_the_users_handler_never_the_standard_librarys_frames
     from_a_package = _stack(loop, start, (os.path.join(installed, "agentkit", "tools.py"), "search"))
     assert _loop_watch._handler_frame(from_a_package).f_code.co_name == "search"  # type: ignore[arg-type,union-attr]
     assert _loop_watch._handler_frame(_stack(loop, mine)) is None  # type: ignore[arg-type]  # not under zmesh
+
+
+def test_the_watchdog_looks_into_an_eager_first_step_but_not_into_zmesh_sending_a_reply() -> None:
+    zmesh_dir = os.path.dirname(zmesh.__file__)
+    stdlib = sysconfig.get_paths()["stdlib"]
+    installed = sysconfig.get_paths()["purelib"]
+    runtime = os.path.join(zmesh_dir, "_runtime")
+    # 3.10/3.11: finish() starts the handler's Task through asyncio's pure-Python Task step.
+    first_step = [(os.path.join(stdlib, "asyncio", "base_events.py"), "_run_once"),
+                  (os.path.join(runtime, "delivery.py"), "_start"),
+                  (os.path.join(runtime, "handlers.py"), "run_handler"),
+                  (os.path.join(runtime, "handlers.py"), "finish"),
+                  (os.path.join(runtime, "eager.py"), "__init__"),
+                  (os.path.join(stdlib, "asyncio", "tasks.py"), "__step"),
+                  (os.path.join(runtime, "handlers.py"), "_guarded")]
+    blocking = _stack(*first_step, ("/srv/app/agents.py", "summarize"), (os.path.join(stdlib, "time.py"), "sleep"))
+    assert _loop_watch._handler_frame(blocking).f_code.co_name == "summarize"  # type: ignore[arg-type,union-attr]
+    # The handler returned: zmesh sends its reply through pyzmq (an installed package), which is no handler.
+    replying = _stack(*first_step, (os.path.join(runtime, "delivery.py"), "_handler_done"),
+                      (os.path.join(runtime, "dispatch.py"), "reply"),
+                      (os.path.join(installed, "zmq", "sugar", "socket.py"), "send"))
+    assert _loop_watch._handler_frame(replying) is None  # type: ignore[arg-type]

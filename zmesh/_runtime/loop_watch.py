@@ -55,7 +55,9 @@ def _handler_frame(frame: FrameType | None) -> FrameType | None:
         in_zmesh = code.co_filename.startswith(_PACKAGE)
         if in_zmesh and code.co_name in _CALLERS:
             called = True
-        elif called and not in_zmesh:
+        elif in_zmesh:
+            called = False  # zmesh's own work around a handler (a reply it sends): not the handler
+        elif called:
             if code.co_filename.startswith(_STDLIB) and not code.co_filename.startswith(_INSTALLED):
                 # zmesh was handing the handler on (a thread, a Task): not running it here,
                 # unless a zmesh caller further in runs it (an eager Task's first step on 3.10/3.11)
