@@ -214,6 +214,33 @@ async def test_the_requesters_context_vars_do_not_reach_a_handler(transport: str
             _seen.reset(token)
 
 
+async def test_a_sender_on_the_same_node_does_not_pass_its_context_vars(transport: str) -> None:
+    """Agents of one node: neither the API caller's nor a sending handler's context variables
+    reach the handler (the guide: each starts from the node's context, never the sender's)."""
+    async with Mesh(transport) as m:
+        node = await m.node()
+        client, front, back = node.agent("client"), node.agent("front"), node.agent("back")
+
+        async def peek(msg: Message) -> Any:
+            return _seen.get()
+
+        async def ask(msg: Message) -> Any:
+            if msg.payload == "after an await":
+                await asyncio.sleep(0)
+            _seen.set("front's")
+            return (await front.request("back", "peek", None, timeout=5)).payload
+
+        back.add_handler("peek", peek)
+        front.add_handler("ask", ask)
+        for when in ("in its first step", "after an await"):
+            assert (await client.request("front", "ask", when, timeout=5)).payload is None, when
+        token = _seen.set("the caller's")
+        try:
+            assert (await client.request("back", "peek", None, timeout=5)).payload is None
+        finally:
+            _seen.reset(token)
+
+
 async def test_the_trace_id_is_current_in_a_handler(transport: str) -> None:
     async def traced(msg: Message) -> list[str]:
         first = zmesh.current_trace_id()

@@ -49,6 +49,8 @@ __all__ = ["Delivery"]
 
 log = logging.getLogger("zmesh")
 
+_current_task = asyncio.current_task
+
 #: What a retained value counts for in an inbox's byte limit (its size on the wire is not known here).
 _RETAINED_SIZE = 256
 
@@ -108,7 +110,14 @@ class Delivery:
 
     # -- arrival -----------------------------------------------------------
 
-    def deliver(self, agent_id: str, msg: Message, broadcast: bool, origin: str, size: int) -> None:
+    def deliver(self, agent_id: str, msg: Message, broadcast: bool, origin: str, size: int,
+                clean: bool = False) -> None:
+        if not clean and (not self._mesh.in_drain or _current_task() is not None):
+            # Sent by an agent of this node (from the API, or from a handler): in a copy of the
+            # node's context, or the sender's context variables would reach the handler. (A
+            # frame from the transport comes in the reader's context: no copy, no cost.)
+            self._context.copy().run(self.deliver, agent_id, msg, broadcast, origin, size, True)
+            return
         inbox = self.inboxes.get(agent_id)
         agent = self._agents.get(agent_id)
         if broadcast and agent is not None and inbox is not None:
