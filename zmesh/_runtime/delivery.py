@@ -31,6 +31,7 @@ from ..registry import MeshEvent
 from ..topics import matches
 from .cancel import Cancellations
 from .context import trace_var
+from .eager import current_task_of
 from .handlers import DEFERRED, INLINE, finish, run_handler
 from .handoff import HANDOFF_TOPIC, Handoff
 from .inbox import Entry, Inbox
@@ -48,8 +49,6 @@ if TYPE_CHECKING:
 __all__ = ["Delivery"]
 
 log = logging.getLogger("zmesh")
-
-_current_task = asyncio.current_task
 
 #: What a retained value counts for in an inbox's byte limit (its size on the wire is not known here).
 _RETAINED_SIZE = 256
@@ -112,7 +111,7 @@ class Delivery:
 
     def deliver(self, agent_id: str, msg: Message, broadcast: bool, origin: str, size: int,
                 clean: bool = False) -> None:
-        if not clean and (not self._mesh.in_drain or _current_task() is not None):
+        if not clean and (not self._mesh.in_drain or current_task_of(self._mesh.loop) is not None):
             # Sent by an agent of this node (from the API, or from a handler): in a copy of the
             # node's context, or the sender's context variables would reach the handler. (A
             # frame from the transport comes in the reader's context: no copy, no cost.)

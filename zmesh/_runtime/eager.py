@@ -23,7 +23,7 @@ import sys
 from asyncio import tasks as _asyncio_tasks
 from typing import Any, Coroutine
 
-__all__ = ["EagerTask", "AVAILABLE"]
+__all__ = ["EagerTask", "AVAILABLE", "current_task_of"]
 
 _PyTask: Any = getattr(_asyncio_tasks, "_PyTask", None)
 _current_tasks: Any = getattr(_asyncio_tasks, "_current_tasks", None)
@@ -33,6 +33,10 @@ _register_task: Any = getattr(_asyncio_tasks, "_register_task", None)
 AVAILABLE = sys.version_info < (3, 12) and None not in (_PyTask, _current_tasks, _register_task)
 
 _Base: Any = _PyTask if AVAILABLE else asyncio.Task
+
+#: ``current_task_of(loop)``: the Task running on ``loop`` (None: a plain callback). On 3.10 and
+#: 3.11 ``asyncio.current_task`` is Python around this dict lookup; on 3.12+ it is C.
+current_task_of: Any = _current_tasks.get if AVAILABLE else asyncio.current_task
 
 
 class EagerTask(_Base):  # type: ignore[misc]
