@@ -13,7 +13,8 @@ other to an inline echo handler (inproc). Each prints CPU microseconds per messa
 ``both-async`` and ``request-async`` are the same with an ``async def``
 handler that never awaits, the path agent builders take first;
 ``both-qos1`` and ``both-qos1-async`` send at QoS 1 (tracked, acknowledged,
-remembered by the receiver).
+remembered by the receiver). ``request-zmq`` and ``request-zmq-async``: the
+requests over ZeroMQ instead, both nodes still in this one process.
 
 CPU time on a shared 2-core machine moves by 5-10 % from run to run. For a
 figure that does not, count instructions with callgrind at two sizes and
@@ -47,7 +48,7 @@ try:
 except ImportError:  # run by its path with a tree that has no bench/ on PYTHONPATH: sys.path[0] is bench/
     from envelope import decode, encode  # type: ignore[import-not-found,no-redef,unused-ignore]
 
-__all__ = ["sender_only", "both_sides", "requests"]
+__all__ = ["sender_only", "both_sides", "requests", "zmq_requests"]
 
 
 def _inline() -> dict[str, bool]:
@@ -118,6 +119,26 @@ async def requests(n: int, asynchronous: bool = False) -> float:
             return (time.process_time() - t0) / max(n, 1)
 
 
+async def zmq_requests(n: int, asynchronous: bool = False) -> float:
+    """CPU seconds per request and reply over ZeroMQ, both nodes in this one process."""
+    async def echo(msg: zmesh.Message) -> object:
+        return msg.payload
+
+    options = {"interfaces": "local", "discovery": False}
+    async with zmesh.Node("send-cost", name="srv", **options) as b:  # type: ignore[arg-type]
+        if asynchronous:
+            b.agent("echo").add_handler("e", echo)
+        else:
+            b.agent("echo").add_handler("e", lambda msg: msg.payload, **_inline())
+        async with zmesh.Node("send-cost", name="cli", seeds=[b.endpoint], **options) as a:  # type: ignore[arg-type]
+            cli = a.agent("cli")
+            await a.wait_for_agents("echo", timeout=10)
+            t0 = time.process_time()
+            for i in range(n):
+                await cli.request("echo", "e", i, timeout=30)
+            return (time.process_time() - t0) / max(n, 1)
+
+
 async def both_sides(n: int, asynchronous: bool = False, qos: int = 0) -> float:
     """CPU seconds per message of send plus receive, in one process (inproc)."""
     done = asyncio.Event()
@@ -155,7 +176,8 @@ async def both_sides(n: int, asynchronous: bool = False, qos: int = 0) -> float:
 def main(argv: list[str]) -> int:
     runs = {"sender": sender_only, "both": both_sides, "request": requests,
             "both-async": lambda n: both_sides(n, True), "request-async": lambda n: requests(n, True),
-            "both-qos1": lambda n: both_sides(n, False, 1), "both-qos1-async": lambda n: both_sides(n, True, 1)}
+            "both-qos1": lambda n: both_sides(n, False, 1), "both-qos1-async": lambda n: both_sides(n, True, 1),
+            "request-zmq": zmq_requests, "request-zmq-async": lambda n: zmq_requests(n, True)}
     if len(argv) != 2 or argv[0] not in runs or not argv[1].isdigit():
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from bench.send_cost import both_sides, main, requests, sender_only
+from bench.send_cost import both_sides, main, requests, sender_only, zmq_requests
 
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.mark.parametrize("measure", [sender_only, both_sides, requests])
+@pytest.mark.parametrize("measure", [sender_only, both_sides, requests, zmq_requests])
 async def test_each_cost_mode_measures_a_few_messages(measure) -> None:  # type: ignore[no-untyped-def]
     cost = await measure(200)
     assert 0 < cost < 0.05  # seconds of CPU per message: measured, and not absurd
