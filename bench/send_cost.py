@@ -99,32 +99,15 @@ async def sender_only(n: int) -> float:
                 link.send = real  # type: ignore[method-assign,unused-ignore]
 
 
-async def requests(n: int, asynchronous: bool = False) -> float:
-    """CPU seconds per request and reply, one at a time, in one process (inproc, inline echo)."""
+async def requests(n: int, asynchronous: bool = False, transport: str = "inproc") -> float:
+    """CPU seconds per request and reply, one at a time, both nodes in this one process
+    (inproc, or ``"zmq"``; inline echo unless ``asynchronous``)."""
     async def echo(msg: zmesh.Message) -> object:
         return msg.payload
 
-    async with zmesh.Node("send-cost", name="srv", transport="inproc", discovery=False) as b:
-        if asynchronous:
-            b.agent("echo").add_handler("e", echo)
-        else:
-            b.agent("echo").add_handler("e", lambda msg: msg.payload, **_inline())
-        async with zmesh.Node("send-cost", name="cli", transport="inproc", discovery=False,
-                              seeds=[b.endpoint]) as a:
-            cli = a.agent("cli")
-            await a.wait_for_agents("echo", timeout=10)
-            t0 = time.process_time()
-            for i in range(n):
-                await cli.request("echo", "e", i, timeout=10)
-            return (time.process_time() - t0) / max(n, 1)
-
-
-async def zmq_requests(n: int, asynchronous: bool = False) -> float:
-    """CPU seconds per request and reply over ZeroMQ, both nodes in this one process."""
-    async def echo(msg: zmesh.Message) -> object:
-        return msg.payload
-
-    options = {"interfaces": "local", "discovery": False}
+    options: dict[str, object] = (
+        {"transport": "inproc", "discovery": False} if transport == "inproc"
+        else {"interfaces": "local", "discovery": False})
     async with zmesh.Node("send-cost", name="srv", **options) as b:  # type: ignore[arg-type]
         if asynchronous:
             b.agent("echo").add_handler("e", echo)
@@ -137,6 +120,11 @@ async def zmq_requests(n: int, asynchronous: bool = False) -> float:
             for i in range(n):
                 await cli.request("echo", "e", i, timeout=30)
             return (time.process_time() - t0) / max(n, 1)
+
+
+async def zmq_requests(n: int, asynchronous: bool = False) -> float:
+    """:func:`requests` over ZeroMQ."""
+    return await requests(n, asynchronous, "zmq")
 
 
 async def both_sides(n: int, asynchronous: bool = False, qos: int = 0) -> float:

@@ -42,8 +42,6 @@ current_task_of: Any = _current_tasks.get if AVAILABLE else asyncio.current_task
 class EagerTask(_Base):  # type: ignore[misc]
     """A Task that starts at once (3.10/3.11 only)."""
 
-    _log_destroy_pending = True
-
     def __init__(self, coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop) -> None:
         # _PyTask.__init__ without its call_soon: what it and _PyFuture.__init__ set
         # (the rest are class attributes), then the first step here and now.

@@ -58,12 +58,11 @@ def _handler_frame(frame: FrameType | None) -> FrameType | None:
         elif in_zmesh:
             called = False  # zmesh's own work around a handler (a reply it sends): not the handler
         elif called:
-            if code.co_filename.startswith(_STDLIB) and not code.co_filename.startswith(_INSTALLED):
-                # zmesh was handing the handler on (a thread, a Task): not running it here,
-                # unless a zmesh caller further in runs it (an eager Task's first step on 3.10/3.11)
-                called = False
-                continue
-            return outer_first  # the first frame past zmesh's that called it (wrappers included)
+            if not code.co_filename.startswith(_STDLIB) or code.co_filename.startswith(_INSTALLED):
+                return outer_first  # the first frame past zmesh's that called it (wrappers included)
+            # zmesh was handing the handler on (a thread, a Task): not running it here,
+            # unless a zmesh caller further in runs it (an eager Task's first step on 3.10/3.11)
+            called = False
     return None
 
 

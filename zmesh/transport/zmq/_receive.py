@@ -80,11 +80,11 @@ class Receiving:
         self._drain_router()
 
     def _drain_router(self) -> None:
-        """As :meth:`_drain`, for the ROUTER: a routing id's first frame is read
-        as a zmq.Frame, for the descriptor of its connection (which has finished
-        its handshake: :mod:`._accepted` stops counting it) and, keyed, its
-        User-Id (the public key the connection authenticated with), which the
-        binding then keeps (see _senders.py)."""
+        """As :meth:`_drain`, for the ROUTER. A routing id's first body gives the
+        descriptor of its connection (which has finished its handshake:
+        :mod:`._accepted` stops counting it) and, keyed, its User-Id (the public
+        key the connection authenticated with), which the binding then keeps
+        (see _senders.py)."""
         sock, host, trusted = self._router, self._host, self.security.trusted
         if sock is None or host is None or sock.closed:
             return
