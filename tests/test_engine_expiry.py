@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from zmesh._engine import admission
+from zmesh._engine import Engine
 from zmesh._engine import effects as fx
 from zmesh.errors import PeerLost
 from zmesh.message import Message
@@ -28,12 +29,10 @@ def ask(sender: str, target: str, cid: str = "c1") -> Message:
                    correlation_id=cid, reply_to=sender)
 
 
-def test_a_claimant_cut_off_after_its_hello_expires_from_its_hello_not_from_the_claim_window() -> None:
-    # zmesh.sim seed 500261 (10 nodes, heavy faults): n8 restarted; n3 read
-    # its new HELLO at 21.466 (a claim: n3 pinged the old run first) and took
-    # the claim up at 22.466; n8 was cut off from 20.330 to 25.178. n3 counted
-    # the new n8 as heard at 22.466, so it outlived the cut, and a request
-    # sent to it at 24.495 was lost in the cut and never failed.
+def claimed_then_cut() -> tuple[Net, Engine, float]:
+    """a and b joined; b restarts, its new run's HELLO reaches a (a claim: a pings the
+    old run first), then b is cut off: nothing from the new run, nothing to it.
+    Returns the net, a, and when the claim's HELLO arrived."""
     net = Net(make_engine("a", agents=("a1",)), make_engine("b", agents=("b1",)))
     net.connect("a", "b")
     net.advance(5.0)
@@ -41,9 +40,19 @@ def test_a_claimant_cut_off_after_its_hello_expires_from_its_hello_not_from_the_
     net.restart(make_engine("b", inc="0002", agents=("b2",)))
     net.connect("b", "a")
     net.deliver_all()
-    hello_at = net.now  # the claim's HELLO arrived; a pings the old run
+    hello_at = net.now
     assert a.dropped["claimed_node"] == 1
-    net.isolate("b")  # from now on nothing from the new run, nothing to it
+    net.isolate("b")
+    return net, a, hello_at
+
+
+def test_a_claimant_cut_off_after_its_hello_expires_from_its_hello_not_from_the_claim_window() -> None:
+    # zmesh.sim seed 500261 (10 nodes, heavy faults): n8 restarted; n3 read
+    # its new HELLO at 21.466 (a claim: n3 pinged the old run first) and took
+    # the claim up at 22.466; n8 was cut off from 20.330 to 25.178. n3 counted
+    # the new n8 as heard at 22.466, so it outlived the cut, and a request
+    # sent to it at 24.495 was lost in the cut and never failed.
+    net, a, hello_at = claimed_then_cut()
     window = admission.claim_window(LIVENESS)
     taken = net.advance(hello_at + window + LIVENESS.heartbeat,
                         until=lambda: a.members.peers.get("b") is not None
@@ -63,15 +72,7 @@ def test_a_claim_kept_through_our_stall_is_not_judged_by_the_stall() -> None:
     # The claim's HELLO came just before our loop froze: the frozen time is
     # neither its silence nor a sign of life (as for a peer: timers.tick's
     # blind shift), so the claimant still gets expire_after of watched time.
-    net = Net(make_engine("a", agents=("a1",)), make_engine("b", agents=("b1",)))
-    net.connect("a", "b")
-    net.advance(5.0)
-    a = net.engines["a"]
-    net.restart(make_engine("b", inc="0002", agents=("b2",)))
-    net.connect("b", "a")
-    net.deliver_all()
-    hello_at = net.now
-    net.isolate("b")
+    net, a, hello_at = claimed_then_cut()
     net.stalled.add("a")
     stall = 2 * LIVENESS.expire_after
     net.advance(hello_at + stall)
