@@ -305,7 +305,7 @@ class Engine(Commands):
 
     # -- inbound ---------------------------------------------------------
 
-    def receive_direct(self, key: str, frame: bytes, now: float, public_key: str | None = None) -> None:
+    def receive_direct(self, key: str, frame: codec.Received, now: float, public_key: str | None = None) -> None:
         """A frame arrived on our direct inbox from the sender with this key;
         ``public_key``: the key its connection authenticated with (keyed mode)."""
         if self.closed:
@@ -315,7 +315,7 @@ class Engine(Commands):
         self.sender_public_key = public_key
         inbound.direct(self, key, frame)
 
-    def receive_published(self, frame: bytes, now: float, public_key: str | None = None) -> None:
+    def receive_published(self, frame: codec.Received, now: float, public_key: str | None = None) -> None:
         """A frame arrived from a publisher we are attached to (whose key,
         in keyed mode, is ``public_key``)."""
         if self.closed:

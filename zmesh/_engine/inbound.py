@@ -27,7 +27,7 @@ __all__ = ["direct", "published"]
 _OPENING = frozenset((codec.HELLO, codec.REFUSE))
 
 
-def direct(engine: Engine, key: str | None, frame: bytes) -> None:
+def direct(engine: Engine, key: str | None, frame: codec.Received) -> None:
     """A direct frame; ``key`` is None for the engine's own loopback."""
     where = key or engine.node_id
     members = engine.members
@@ -87,7 +87,7 @@ def direct(engine: Engine, key: str | None, frame: bytes) -> None:
             engine.drop("rejected", where, str(exc))
 
 
-def _stranger(engine: Engine, key: str, frame: bytes) -> None:
+def _stranger(engine: Engine, key: str, frame: codec.Received) -> None:
     """A frame over a connection that has not said HELLO: only a HELLO or a
     REFUSE is taken, and nothing is decoded past the first item's kind, so
     a flood from a stranger costs one look per frame."""
@@ -111,7 +111,7 @@ def _stranger(engine: Engine, key: str, frame: bytes) -> None:
 PUB_OVERHEAD = 512
 
 
-def published(engine: Engine, frame: bytes) -> None:
+def published(engine: Engine, frame: codec.Received) -> None:
     engine.stats["bytes_received"] += len(frame)
     try:
         node_id, seq, items = codec.decode_pub_frame(frame, engine.max_frame)

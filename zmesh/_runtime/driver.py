@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .._engine import Engine
 from .._engine import effects as fx
+from .._wire.frames import Received
 from ..clock import Clock, SystemClock, TimerHandle
 from ..transport.base import Link, Transport
 from .watch import Watch
@@ -193,7 +194,7 @@ class Driver:
     # once) reaches a waiting sender while the rest of the batch is handled;
     # what handlers send (replies) leaves once, when the batch ends.
 
-    def on_direct_frame(self, key: str, frame: bytes, public_key: str | None = None) -> None:
+    def on_direct_frame(self, key: str, frame: Received, public_key: str | None = None) -> None:
         self.in_drain = True
         engine = self.engine
         engine.hold = True
@@ -201,7 +202,7 @@ class Driver:
         if engine.effects:
             self.pump()
 
-    def on_pub_frame(self, frame: bytes, public_key: str | None = None) -> None:
+    def on_pub_frame(self, frame: Received, public_key: str | None = None) -> None:
         self.in_drain = True
         engine = self.engine
         engine.hold = True

@@ -55,6 +55,7 @@ from .frames import (
     MSG,
     MSG_FIELDS,
     PROTOCOL_VERSION,
+    Received,
     decode_frame,
     decode_item,
     decode_opening,
@@ -66,6 +67,7 @@ from .packer import Decoder, Encoder, ItemPacker, PayloadRefused, check_round_tr
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "Received",
     "FrameError",
     "MSG",
     "HELLO",

@@ -16,14 +16,14 @@ A Timestamp extension (how a ``datetime`` travels) decodes to an aware
 
 from __future__ import annotations
 
-from typing import Any, Callable, Final
+from typing import Any, Callable, Final, TypeAlias
 
 import msgpack
 
 from ..errors import FrameError
 
 __all__ = [
-    "PROTOCOL_VERSION", "MSG", "MSG_FIELDS", "BAD", "MAX_ITEMS",
+    "Received", "PROTOCOL_VERSION", "MSG", "MSG_FIELDS", "BAD", "MAX_ITEMS",
     "join_frame", "join_pub_frame", "decode_frame", "decode_pub_frame", "decode_item", "decode_opening",
 ]
 
@@ -35,6 +35,10 @@ BAD: Final = "bad"
 #: Items a frame may hold: the work one frame costs stays bounded. Senders
 #: split larger batches; a frame with more is dropped unread.
 MAX_ITEMS: Final = 4096
+
+#: A frame as a transport hands it over: bytes, or for a large one a view of
+#: the transport's own buffer (decoding copies what it keeps).
+Received: TypeAlias = "bytes | memoryview"
 
 _packb: Callable[[Any], bytes] = msgpack.packb
 _unpackb: Callable[..., Any] = msgpack.unpackb
@@ -49,20 +53,22 @@ def _array_header(n: int) -> bytes:
     return b"\xdd" + n.to_bytes(4, "big")
 
 
+#: A direct frame's start (array header and version) for 1..14 items.
+_DIRECT_HEADS: Final = tuple(_array_header(n + 1) + _VERSION_BYTES for n in range(15))
+
+
 def join_frame(items: list[bytes]) -> bytes:
-    """Concatenate encoded items into one direct frame."""
-    return _array_header(len(items) + 1) + _VERSION_BYTES + b"".join(items)
+    """Concatenate encoded items into one direct frame (one join: a 1 MiB
+    item is copied once, not twice)."""
+    n = len(items)
+    if n == 1:
+        return b"".join((_DIRECT_HEADS[1], items[0]))
+    return b"".join([_DIRECT_HEADS[n] if n < 15 else _array_header(n + 1) + _VERSION_BYTES, *items])
 
 
 def join_pub_frame(node_id: str, seq: int, items: list[bytes]) -> bytes:
     """Concatenate encoded items into one publish frame."""
-    return (
-        _array_header(len(items) + 3)
-        + _VERSION_BYTES
-        + _packb(node_id)
-        + _packb(seq)
-        + b"".join(items)
-    )
+    return b"".join([_array_header(len(items) + 3) + _VERSION_BYTES + _packb(node_id) + _packb(seq), *items])
 
 
 def decode_item(data: bytes) -> list[Any]:
@@ -76,12 +82,12 @@ def decode_item(data: bytes) -> list[Any]:
     return item  # type: ignore[no-any-return]
 
 
-def decode_frame(data: bytes, max_bytes: int) -> list[list[Any]]:
+def decode_frame(data: Received, max_bytes: int) -> list[list[Any]]:
     """Decode a direct frame into its items; raise FrameError if unusable."""
     return _unpack(data, max_bytes, 1)[1:]
 
 
-def decode_opening(data: bytes, max_bytes: int, kinds: frozenset[int]) -> list[Any] | None:
+def decode_opening(data: Received, max_bytes: int, kinds: frozenset[int]) -> list[Any] | None:
     """The first item of a direct frame if its kind is one of ``kinds``, else
     None, decoding no more than it must: a sender that has not said HELLO
     gets nothing decoded past the first item's kind. FrameError if unusable."""
@@ -109,7 +115,7 @@ def decode_opening(data: bytes, max_bytes: int, kinds: frozenset[int]) -> list[A
         raise FrameError("malformed", f"item: {type(exc).__name__}") from None
 
 
-def decode_pub_frame(data: bytes, max_bytes: int) -> tuple[str, int, list[list[Any]]]:
+def decode_pub_frame(data: Received, max_bytes: int) -> tuple[str, int, list[list[Any]]]:
     """Decode a publish frame into (node_id, record_seq, items)."""
     frame = _unpack(data, max_bytes, 3)
     if frame[1].__class__ is not str or frame[2].__class__ is not int:
@@ -117,7 +123,7 @@ def decode_pub_frame(data: bytes, max_bytes: int) -> tuple[str, int, list[list[A
     return frame[1], frame[2], frame[3:]
 
 
-def _unpack(data: bytes, max_bytes: int, header: int) -> list[Any]:
+def _unpack(data: Received, max_bytes: int, header: int) -> list[Any]:
     """Decode a frame whose first ``header`` elements precede the items."""
     if len(data) > max_bytes:
         raise FrameError("oversized", f"{len(data)} bytes")
@@ -149,7 +155,7 @@ def _check_head(frame: Any, header: int) -> None:
         raise FrameError("unknown_version", repr(frame[0])[:40])
 
 
-def _walk(data: bytes, header: int) -> list[Any]:
+def _walk(data: Received, header: int) -> list[Any]:
     """The slow path: the frame item by item, each bad one replaced by a bad item."""
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=True, max_buffer_size=len(data) or 1)
     unpacker.feed(data)
@@ -178,7 +184,7 @@ def _walk(data: bytes, header: int) -> list[Any]:
     return frame
 
 
-def _header(raw: bytes) -> list[Any] | None:
+def _header(raw: Received) -> list[Any] | None:
     """A MSG item's fields with the payload left out (None), if they decode."""
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=True, max_buffer_size=len(raw))
     unpacker.feed(raw)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .._wire.endpoints import endpoint_address, endpoint_host, endpoint_key, is_loopback_endpoint
+from .._wire.frames import Received
 
 __all__ = ["Link", "TransportHost", "Transport", "TransportCapabilities", "endpoint_host",
            "endpoint_address", "endpoint_key", "is_loopback_endpoint"]
@@ -69,13 +70,13 @@ class Link(Protocol):
 class TransportHost(Protocol):
     """The callbacks a transport makes into its node (always on the node's loop)."""
 
-    def on_direct_frame(self, key: str, frame: bytes, public_key: str | None = None) -> None:
+    def on_direct_frame(self, key: str, frame: Received, public_key: str | None = None) -> None:
         """A frame from the sender whose key is ``key``. In keyed mode
         ``public_key`` is the public key (Z85) that the connection it came
         on authenticated with; None in keyless mode."""
         ...
 
-    def on_pub_frame(self, frame: bytes, public_key: str | None = None) -> None:
+    def on_pub_frame(self, frame: Received, public_key: str | None = None) -> None:
         """A broadcast frame; ``public_key`` as for :meth:`on_direct_frame`
         (the publisher's key, which our SUB authenticated)."""
         ...

@@ -45,6 +45,7 @@ from ...security import Security
 from ..base import Transport, TransportCapabilities, TransportHost, endpoint_address
 from . import _sockets as zs
 from ._accepted import HANDSHAKE_IVL, HandshakeGuard
+from ._allocator import LARGE_FRAME, large_frame
 from ._addresses import bind_all, check_endpoint, choose, resolve_scope
 from ._curve import Subscribers, ZapDomain, curve_server, zap_register, zap_unregister
 from ._link import KeyedSubscription, LinkPlumbing, ZmqLink, link_tag
@@ -324,7 +325,11 @@ class ZmqTransport(Receiving, Transport):
             return
         try:
             xpub.send(b"M", _NOBLOCK | _SNDMORE)
-            xpub.send(frame, _NOBLOCK, copy=len(frame) < 65536)
+            if len(frame) < LARGE_FRAME:
+                xpub.send(frame, _NOBLOCK)
+            else:  # not copied (see _link.ZmqLink.send)
+                large_frame()
+                xpub.send(frame, _NOBLOCK, copy=False)
         except zmq.ZMQError as exc:
             self._drop("publish_failed", exc.strerror)
         # Sending may have consumed the edge that announces new subscriptions.

@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import zmq
 
+from ..._wire.frames import Received
 from ..base import TransportHost, endpoint_address, endpoint_key
 from . import _sockets as zs
+from ._allocator import LARGE_FRAME, large_frame
 from ._curve import curve_client
 
 if TYPE_CHECKING:
@@ -61,7 +63,7 @@ class LinkPlumbing:
     #: Count a drop and tell the host: ``(reason, where)``.
     drop: Callable[[str, str], None]
     #: Read a socket on the loop: ``(socket, on_parts, again)``.
-    drain: Callable[[zmq.Socket[Any] | None, Callable[[bytes], None], Callable[[], None]], None]
+    drain: Callable[[zmq.Socket[Any] | None, Callable[[Received], None], Callable[[], None]], None]
     is_closed: Callable[[], bool]
 
 
@@ -260,7 +262,11 @@ class ZmqLink:
             self._queue(frame)
             return
         try:
-            self._sock.send(frame, zs.NOBLOCK, copy=len(frame) < 65536)
+            if len(frame) < LARGE_FRAME:
+                self._sock.send(frame, zs.NOBLOCK)
+            else:  # not copied: ZeroMQ holds on to it until it is sent
+                large_frame()
+                self._sock.send(frame, zs.NOBLOCK, copy=False)
         except zmq.Again:
             self._queue(frame)
         except zmq.ZMQError as exc:
@@ -353,7 +359,7 @@ class KeyedSubscription:
     def drain(self) -> None:
         self._plumbing.drain(self._sock, self._parts, self.drain)
 
-    def _parts(self, frame: bytes) -> None:
+    def _parts(self, frame: Received) -> None:
         if not self._transport.may_dial(self.server_key):
             self._plumbing.drop("untrusted_key", self.endpoint)  # distrusted; not cut yet
         else:

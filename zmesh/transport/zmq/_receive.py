@@ -12,10 +12,12 @@ from typing import Any, Callable
 
 import zmq
 
+from ..._wire.frames import Received
 from ...security import Security
 from ..base import TransportHost
 from . import _sockets as zs
 from ._accepted import HandshakeGuard
+from ._allocator import LARGE_FRAME, large_frame
 from ._curve import Subscribers
 from ._senders import Sender, Senders, hex_id
 
@@ -27,6 +29,14 @@ _EHOSTUNREACH = zmq.EHOSTUNREACH
 _DRAIN_BUDGET = 1024  # frames read per drain, at most ...
 _DRAIN_SECONDS = 0.01  # ... and for this long: then the loop runs timers and other callbacks
 _monotonic = time.monotonic
+
+
+def _large_body(frame: zmq.Frame) -> memoryview:
+    """A large body is handed on as a view of ZeroMQ's buffer, not copied:
+    decoding copies what it keeps anyway, so a 1 MiB message is copied once.
+    (A short one is copied, which costs less than making the view.)"""
+    large_frame()
+    return frame.buffer
 
 
 class Receiving:
@@ -108,10 +118,11 @@ class Receiving:
                 if sender is None:
                     sender = self._first_frame(routing_id, frame, trusted is not None)
                 if sender is not None:
+                    body = frame.bytes if len(frame) < LARGE_FRAME else _large_body(frame)
                     if trusted is None:
-                        host.on_direct_frame(sender[0], frame.bytes)
+                        host.on_direct_frame(sender[0], body)
                     elif sender[1] in trusted.keys:
-                        host.on_direct_frame(sender[0], frame.bytes, sender[1])
+                        host.on_direct_frame(sender[0], body, sender[1])
                     else:
                         self._drop("untrusted_key", str(sender[1]))  # admitted, then distrusted
                 if _monotonic() > until:
@@ -141,10 +152,10 @@ class Receiving:
     def _drain_sub(self) -> None:
         self._drain(self._sub, self._publication, self._drain_sub)
 
-    def _publication(self, frame: bytes) -> None:
+    def _publication(self, frame: Received) -> None:
         self._host.on_pub_frame(frame)  # type: ignore[union-attr]
 
-    def _drain(self, sock: zmq.Socket[Any] | None, handle: Callable[[bytes], None], again: Callable[[], None]) -> None:
+    def _drain(self, sock: zmq.Socket[Any] | None, handle: Callable[[Received], None], again: Callable[[], None]) -> None:
         """Read a SUB's publications until it is empty (ZMQ_FD is edge-triggered), in
         bounded batches; ``handle`` gets each one's frame.
 
@@ -172,7 +183,7 @@ class Receiving:
                         frame = recv(_NOBLOCK, copy=False)
                     self._drop("malformed", "sub: unexpected frames")
                 else:
-                    handle(frame.bytes)
+                    handle(frame.bytes if len(frame) < LARGE_FRAME else _large_body(frame))
                 if _monotonic() > until:
                     self._reschedule(again)
                     break
