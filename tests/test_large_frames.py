@@ -37,7 +37,8 @@ class Calls:
             monkeypatch.setattr(module, "large_frame", self._counter(name))
 
     def _counter(self, name: str) -> Any:
-        def large_frame() -> None:
+        def large_frame(size: int) -> None:
+            assert size >= _allocator.LARGE_FRAME
             self.by[name] += 1
         return large_frame
 
@@ -81,12 +82,12 @@ def test_a_view_decodes_as_the_bytes_do() -> None:
         codec.decode_frame(memoryview(frame), 4)  # oversized
 
 
-def _tuned_after(size: int, **env: str) -> str:
+def _tuned_after(size: int, max_payload: int = 2 << 20, **env: str) -> str:
     script = (
         "import asyncio, os, zmesh\n"
         "from zmesh.transport.zmq import _allocator\n"
         "async def main():\n"
-        "    kw = dict(interfaces='local', discovery=False, max_payload=2 << 20)\n"
+        f"    kw = dict(interfaces='local', discovery=False, max_payload={max_payload})\n"
         "    async with zmesh.Node('large', name='a', **kw) as a, "
         "zmesh.Node('large', name='b', seeds=[a.endpoint], **kw) as b:\n"
         "        got = asyncio.Event()\n"
@@ -109,7 +110,14 @@ def _tuned_after(size: int, **env: str) -> str:
 
 @pytest.mark.skipif(not GLIBC, reason="the allocator is tuned on glibc only")
 def test_the_allocator_is_tuned_once_a_large_frame_moves_and_not_before() -> None:
-    assert _tuned_after(2 * _allocator.LARGE_FRAME) == "True"
-    assert _tuned_after(1000) == "False"
-    assert _tuned_after(2 * _allocator.LARGE_FRAME, ZMESH_MALLOC_TUNE="0") == "False"
-    assert _tuned_after(2 * _allocator.LARGE_FRAME, MALLOC_TRIM_THRESHOLD_="1048576") == "False"
+    assert _tuned_after(2 * _allocator.LARGE_FRAME) == str(_allocator.MIN_MMAP_THRESHOLD)
+    assert _tuned_after(1000) == "0"
+    assert _tuned_after(2 * _allocator.LARGE_FRAME, ZMESH_MALLOC_TUNE="0") == "0"
+    assert _tuned_after(2 * _allocator.LARGE_FRAME, MALLOC_TRIM_THRESHOLD_="1048576") == "0"
+
+
+@pytest.mark.skipif(not GLIBC, reason="the allocator is tuned on glibc only")
+def test_the_thresholds_follow_the_largest_frame_up_to_a_cap() -> None:
+    threshold = int(_tuned_after(6 << 20, max_payload=16 << 20))
+    assert 2 * (6 << 20) < threshold < 2 * ((6 << 20) + 1024)  # twice the frame: the payload and its envelope
+    assert _tuned_after(20 << 20, max_payload=32 << 20) == str(_allocator.MAX_MMAP_THRESHOLD)

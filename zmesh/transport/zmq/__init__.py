@@ -325,11 +325,9 @@ class ZmqTransport(Receiving, Transport):
             return
         try:
             xpub.send(b"M", _NOBLOCK | _SNDMORE)
-            if len(frame) < LARGE_FRAME:
-                xpub.send(frame, _NOBLOCK)
-            else:  # not copied (see _link.ZmqLink.send)
-                large_frame()
-                xpub.send(frame, _NOBLOCK, copy=False)
+            if len(frame) >= LARGE_FRAME:  # copied, large ones too (see _link.ZmqLink.send)
+                large_frame(len(frame))
+            xpub.send(frame, _NOBLOCK)
         except zmq.ZMQError as exc:
             self._drop("publish_failed", exc.strerror)
         # Sending may have consumed the edge that announces new subscriptions.

@@ -9,14 +9,14 @@ faults per MiB, more than the copies themselves (measured: 285 faults and
 1.1 ms of CPU per 1 MiB message on the sending side, 60 and 0.66 ms with the
 thresholds below; docs/performance.md).
 
-So the first time this process sends or receives a frame of at least
-:data:`LARGE_FRAME` bytes, buffers up to 4 MiB come from the heap and a heap
-keeps up to 8 MiB free at its top. glibc's own dynamic thresholds grow to
-32 MiB, so these stay within what it may choose itself; a process that never
-moves a large frame is untouched. It is process-wide, so it is skipped when
-the process set either threshold itself (``MALLOC_MMAP_THRESHOLD_`` or
-``MALLOC_TRIM_THRESHOLD_`` in the environment), with
-``ZMESH_MALLOC_TUNE=0``, and on any C library but glibc.
+So once this process sends or receives a frame of at least
+:data:`LARGE_FRAME` bytes, buffers up to twice the largest frame seen (at
+least 4 MiB, at most 32 MiB: glibc's own dynamic threshold stops there too)
+come from the heap, and a heap keeps twice that free at its top. A process
+that never moves a large frame is untouched. It is process-wide, so it is
+skipped when the process set either threshold itself
+(``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` in the
+environment), with ``ZMESH_MALLOC_TUNE=0``, and on any C library but glibc.
 """
 
 from __future__ import annotations
@@ -25,49 +25,70 @@ import ctypes
 import logging
 import os
 import sys
+from typing import Callable
 
 __all__ = ["LARGE_FRAME", "large_frame", "tuned"]
 
 log = logging.getLogger("zmesh")
 
-#: Frames at least this long are large (also where sending stops copying).
+#: Frames at least this long are large.
 LARGE_FRAME = 65536
 _M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 4 << 20
-TRIM_THRESHOLD = 8 << 20
-
-_state = {"done": False, "tuned": False}
+MIN_MMAP_THRESHOLD = 4 << 20
+MAX_MMAP_THRESHOLD = 32 << 20
 
 
-def large_frame() -> None:
-    """A large frame is moving: tune the allocator, once per process."""
-    if _state["done"]:
-        return
-    _state["done"] = True
-    _state["tuned"] = _tune()
+class _Tuning:
+    """What this process set (one per process: the allocator is the process's)."""
+
+    def __init__(self) -> None:
+        self.mallopt: Callable[[int, int], int] | None = None
+        self.checked = False
+        self.mmap_threshold = 0  # 0: never set
+
+    def grow(self, size: int) -> None:
+        if not self.checked:
+            self.checked = True
+            self.mallopt = _glibc_mallopt()
+        if self.mallopt is None:
+            return
+        want = min(max(MIN_MMAP_THRESHOLD, 2 * size), MAX_MMAP_THRESHOLD)
+        if want <= self.mmap_threshold:
+            return
+        if self.mallopt(_M_MMAP_THRESHOLD, want) and self.mallopt(_M_TRIM_THRESHOLD, 2 * want):
+            self.mmap_threshold = want
+            log.debug("zmesh: large frames: glibc mmap threshold %d, trim threshold %d", want, 2 * want)
+        else:
+            self.mallopt = None  # refused: leave it alone from now on
 
 
-def tuned() -> bool:
-    """Did :func:`large_frame` change glibc's thresholds in this process?"""
-    return _state["tuned"]
+_tuning = _Tuning()
 
 
-def _tune() -> bool:
+def large_frame(size: int) -> None:
+    """A frame of ``size`` bytes (at least LARGE_FRAME) is moving: tune the
+    allocator for it, if it was not tuned for one this large already."""
+    if size > _tuning.mmap_threshold // 2:
+        _tuning.grow(size)
+
+
+def tuned() -> int:
+    """glibc's mmap threshold as this module set it (0: it did not)."""
+    return _tuning.mmap_threshold
+
+
+def _glibc_mallopt() -> Callable[[int, int], int] | None:
     if not sys.platform.startswith("linux") or os.environ.get("ZMESH_MALLOC_TUNE", "1") == "0":
-        return False
+        return None
     if "MALLOC_MMAP_THRESHOLD_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
-        return False
+        return None
     try:
         libc = ctypes.CDLL(None)
         libc.gnu_get_libc_version  # noqa: B018  # glibc only: musl has no mallopt of this meaning
         mallopt = libc.mallopt
     except (OSError, AttributeError):
-        return False
+        return None
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
-    if done:
-        log.debug("zmesh: large frames: glibc mmap threshold %d, trim threshold %d", MMAP_THRESHOLD,
-                  TRIM_THRESHOLD)
-    return done
+    return mallopt

@@ -262,11 +262,12 @@ class ZmqLink:
             self._queue(frame)
             return
         try:
-            if len(frame) < LARGE_FRAME:
-                self._sock.send(frame, zs.NOBLOCK)
-            else:  # not copied: ZeroMQ holds on to it until it is sent
-                large_frame()
-                self._sock.send(frame, zs.NOBLOCK, copy=False)
+            # Copied, large ones too: pyzmq's zero-copy send frees through a
+            # Python thread of its own, which cost more than the copy (1 MiB:
+            # 0.5 ms of CPU per message copied, 0.8 ms not; docs/performance.md).
+            if len(frame) >= LARGE_FRAME:
+                large_frame(len(frame))
+            self._sock.send(frame, zs.NOBLOCK)
         except zmq.Again:
             self._queue(frame)
         except zmq.ZMQError as exc:

@@ -35,7 +35,7 @@ def _large_body(frame: zmq.Frame) -> memoryview:
     """A large body is handed on as a view of ZeroMQ's buffer, not copied:
     decoding copies what it keeps anyway, so a 1 MiB message is copied once.
     (A short one is copied, which costs less than making the view.)"""
-    large_frame()
+    large_frame(len(frame))
     return frame.buffer
 
 
