@@ -129,6 +129,24 @@ async def test_a_killed_node_answers_requests_at_once_with_agent_not_registered_
             child.stdout.close()
 
 
+async def test_an_agent_that_moves_to_another_node_is_reached_there_at_once(nats: str) -> None:
+    # Its old node still listens on its subject for a while (LINGER) and gets what is sent to it too:
+    # it must leave the answer to the new node, not race it with "not registered here".
+    async with Mesh("nats") as m:
+        old, new, asker = await m.node(), await m.node(), await m.node()
+        me = asker.agent("me")
+        for round_ in range(3):
+            here = old.agent("x") if round_ % 2 == 0 else new.agent("x")
+            here.add_handler("echo", lambda msg: msg.payload)
+            await wait_for(lambda: all(n.registry.node_of("x") == here.node.id for n in (old, new, asker)), 10,
+                           "x to be seen where it is")
+            for n in range(5):
+                assert (await me.request("x", "echo", n, timeout=5)).payload == n
+            await here.close()
+            await wait_for(lambda: all(n.registry.node_of("x") is None for n in (old, new, asker)), 10,
+                           "x to leave")
+
+
 async def test_a_server_without_jetstream_is_refused_with_what_to_do(tmp_path: Path) -> None:
     pytest.importorskip("nats")
     server = NatsServer(tmp_path, jetstream=False)

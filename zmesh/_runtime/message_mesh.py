@@ -383,6 +383,10 @@ class MessageMesh(Generic[S]):
                 self.watch.wake()  # settled() may be true now
                 return
             self.sink.node_message(msg, origin)
+        elif self.registry.node_of(msg.target) not in (None, self.node_id):
+            # The agent moved on within the transport's linger: every node listening on its address
+            # got this, its new node too, which answers; a not_found from here would race that answer.
+            return
         else:
             why = f"agent {msg.target!r} is not registered on node {self.node_id!r}"
             self.sink.dead(msg, "not_found", why, msg.target)
