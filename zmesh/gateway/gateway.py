@@ -1,0 +1,151 @@
+"""The gateway: two nodes, one in each domain, and every agent of each side
+stood in for on the other (see zmesh.gateway)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from types import TracebackType
+from typing import Any
+
+from ..agent import Agent
+from ..errors import AgentExists, NodeClosed, ZmeshError
+from ..node import Node
+from ._paths import ROLE, VIA, check_domain, lock_id
+from ._side import Side
+
+__all__ = ["RESYNC_INTERVAL", "Gateway"]
+
+log = logging.getLogger("zmesh.gateway")
+
+#: Seconds between two looks at both registries when nothing changed (a takeover retried, a race lost).
+RESYNC_INTERVAL = 1.0
+
+
+class Gateway:
+    """Join the mesh of node ``a`` to the mesh of node ``b``: each agent of one
+    side has a proxy on the other, with its id, capabilities, meta and
+    subscriptions, that relays every message, request, stream, cancel,
+    handoff and broadcast to it and the answers back.
+
+    ``domain_a`` and ``domain_b`` name the two sides: two gateways between
+    the same pair (for failover) give the same names, two LANs joined
+    through one NATS mesh give their LANs different names. The nodes are
+    the caller's: start them first (``async with node_a, node_b,
+    Gateway(node_a, node_b, ...)``); the gateway closes only its own agents.
+    """
+
+    def __init__(self, a: Node, b: Node, *, domain_a: str, domain_b: str,
+                 resync_interval: float = RESYNC_INTERVAL) -> None:
+        if not isinstance(a, Node) or not isinstance(b, Node) or a is b:
+            raise ValueError("a gateway joins two different nodes")
+        if check_domain(domain_a) == check_domain(domain_b):
+            raise ValueError(f"the two sides of a gateway need different domain names, got {domain_a!r} twice")
+        if not resync_interval > 0:
+            raise ValueError(f"resync_interval must be a positive number of seconds, got {resync_interval!r}")
+        self.a, self.b = Side(a, domain_a), Side(b, domain_b)
+        self.a.other, self.b.other = self.b, self.a
+        self._resync_interval = resync_interval
+        self._lock_id = lock_id(domain_a, domain_b)
+        self._lock: Agent | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+        self._changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> Gateway:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Stand in for what both sides have now, then follow their registries."""
+        if self._tasks:
+            return
+        for side in (self.a, self.b):
+            if side.node.closed:
+                raise NodeClosed(f"node {side.node.id!r} is closed")
+            side.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._watch(side.node)) for side in (self.a, self.b)]
+        await self.sync()
+        self._tasks.append(loop.create_task(self._follow()))
+
+    @property
+    def active(self) -> bool:
+        """Whether this gateway stands in (False: it is a standby for another between the same domains)."""
+        return self.a.active
+
+    async def sync(self) -> None:
+        """Take the lead if nobody has it, or give it up to a gateway that has it too; if leading, bring
+        both sides' proxies in line with both registries."""
+        if not self._lead():
+            if self.a.active:
+                log.info("gateway %s: standing down, %s stands in", self.a.node.id,
+                         self.a.node.registry.node_of(self._lock_id))
+                await self.a.stand_down()
+                await self.b.stand_down()
+            return
+        self.a.active = self.b.active = True
+        await self.b.stand_in(self.a.wanted())
+        await self.a.stand_in(self.b.wanted())
+
+    def _lead(self) -> bool:
+        """Hold the pair's lock agent on side a; of two holders at once the smaller node id keeps it."""
+        node, lock_id = self.a.node, self._lock_id
+        if self._lock is None:
+            if node.registry.node_of(lock_id) is not None:
+                return False
+            try:
+                self._lock = node.agent(lock_id, meta={ROLE: "lock", VIA: self.b.domain})
+            except AgentExists:
+                return False
+        if any(r.node_id < node.id and lock_id in r.agents for r in node.registry.nodes()):
+            lock, self._lock = self._lock, None
+            self._closing.add(asyncio.get_running_loop().create_task(lock.close()))
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Close the proxies, relays and bridges (the other sides see them leave); not the nodes."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        for side in (self.a, self.b):
+            await side.close()
+        if self._lock is not None:
+            with contextlib.suppress(NodeClosed):
+                await self._lock.close()
+            self._lock = None
+        await asyncio.gather(*self._closing, return_exceptions=True)
+
+    def stats(self) -> dict[str, Any]:
+        """Per side: its domain, the agents it stands in for, whether it holds the bridge, and counts;
+        ``active``: whether this gateway stands in."""
+        return {"active": self.active, **{side.domain: {"node": side.node.id, "proxies": sorted(side.proxies),
+                              "bridge": side.bridge is not None, **side.counts} for side in (self.a, self.b)}}
+
+    async def _watch(self, node: Node) -> None:
+        async for _event in node.events():
+            self._changed.set()
+
+    async def _follow(self) -> None:
+        # A timer, not asyncio.wait_for: before 3.12 wait_for can swallow the cancel close() sends.
+        loop = asyncio.get_running_loop()
+        while True:
+            timer = loop.call_later(self._resync_interval, self._changed.set)
+            try:
+                await self._changed.wait()
+            finally:
+                timer.cancel()
+            self._changed.clear()
+            try:
+                await self.sync()
+            except NodeClosed:
+                return
+            except (ZmeshError, ValueError) as exc:  # e.g. a subscription refused: try again at the next look
+                log.warning("gateway: could not bring proxies up to date: %s: %s", type(exc).__name__, exc)
