@@ -304,7 +304,7 @@ def test_a_refusal_of_another_kind_gets_no_mesh_hint() -> None:
 
 _POSITIONALS = {"keygen": ["name"], "send": ["b", "topic", "1"], "request": ["b", "topic", "1"], "sub": ["news.>"],
                 "services": ["summarize"],
-                "ga-bridge": ["--root", "."]}
+                "ga-bridge": ["--root", "."], "gateway": ["--to", "nats://127.0.0.1:4222"]}
 
 
 @pytest.mark.parametrize("command", sorted(_parser()[1]))

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 from ..agent import Agent
-from ..errors import AgentExists, NodeClosed, ZmeshError
+from ..errors import AgentExists, NodeClosed, Timeout, ZmeshError
 from ..node import Node
 from ._paths import ROLE, VIA, check_domain, lock_id
 from ._side import Side
@@ -21,6 +22,8 @@ log = logging.getLogger("zmesh.gateway")
 
 #: Seconds between two looks at both registries when nothing changed (a takeover retried, a race lost).
 RESYNC_INTERVAL = 1.0
+#: Seconds start() waits for each node to know the members it was told of (a seed that is down: no longer).
+JOIN_WAIT = 5.0
 
 
 class Gateway:
@@ -68,6 +71,10 @@ class Gateway:
         for side in (self.a, self.b):
             if side.node.closed:
                 raise NodeClosed(f"node {side.node.id!r} is closed")
+        for side in (self.a, self.b):
+            # Know the members first: a gateway already leading between these domains is one of them.
+            with contextlib.suppress(Timeout):
+                await side.node.wait_until(_joined(side.node), JOIN_WAIT, "the mesh's members")
             side.start()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._watch(side.node)) for side in (self.a, self.b)]
@@ -149,3 +156,7 @@ class Gateway:
                 return
             except (ZmeshError, ValueError) as exc:  # e.g. a subscription refused: try again at the next look
                 log.warning("gateway: could not bring proxies up to date: %s: %s", type(exc).__name__, exc)
+
+
+def _joined(node: Node) -> Callable[[], bool]:
+    return lambda: not node.joining

@@ -9,6 +9,7 @@
     zmesh services --mesh lab [CAPABILITY]          providers by capability: requests, errors, average ms
     zmesh top     --mesh lab [--once] [--json]      a live view: nodes, agents, rates, events
     zmesh ga-bridge --root ROOT [--spawn]           a GenericAgent checkout's sub-agents as mesh agents
+    zmesh gateway --mesh lab --to nats://H:P        this mesh's agents reachable from a NATS mesh, and back
 
 PAYLOAD is strict JSON, ``--raw TEXT`` (TEXT as a plain string) or
 ``--null`` (no payload); leaving it out is a usage error. Without
@@ -37,7 +38,7 @@ from typing import Any, Callable, Coroutine, Sequence
 from ... import __version__
 from ...errors import InvalidMessage, ZmeshError
 from ..top.app import RICH_MISSING, top
-from . import ga_bridge
+from . import ga_bridge, gateway
 from .commands import CLI_NODE_PREFIX, DEFAULT_REQUEST_TIMEOUT, CliError, peers, send, services, sub
 from .json_output import PayloadError, parse_payload
 from .signals import run_command
@@ -185,6 +186,15 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
                     "See docs/genericagent.md.")
     _common(bridge)
     ga_bridge.add_parser(bridge)
+    gw = sub_parsers.add_parser(
+        "gateway", help="join this mesh to another over a second transport, e.g. a LAN to a NATS mesh",
+        description="Join the mesh (--from, default zmq) to a mesh on another transport (--to, e.g. "
+                    "nats://HOST:PORT): each side's agents get a proxy on the other, and every primitive "
+                    "crosses both ways. Run two per LAN for failover (same --domain): one stands in, the "
+                    "other takes over when it goes. Prints one JSON line once up, then runs until stopped. "
+                    "See docs/scaling.md.")
+    _common(gw)
+    gateway.add_parser(gw)
     for sub_parser in sub_parsers.choices.values():
         sub_parser.set_defaults(subparser=sub_parser)  # so main() can say its usage, not the top level's
     return parser, frozenset(sub_parsers.choices)
@@ -248,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     commands: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
         "peers": peers, "send": send, "request": send, "sub": sub, "top": top, "ga-bridge": ga_bridge.ga_bridge,
+        "gateway": gateway.gateway,
         "services": services,
     }
     command = commands[args.command]
