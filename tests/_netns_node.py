@@ -3,7 +3,8 @@
 Run as ``python -m tests._netns_node --mesh M --name N [--agent A] [--interfaces SPEC]``
 inside a lab host (tests/netns.py).  The node uses the ZeroMQ transport with
 mDNS discovery on (no seeds unless ``--seed`` is given) and fast liveness
-(heartbeat 0.2 s, evasive after 0.6 s, expired after 1.5 s).  It hosts one
+(heartbeat 0.2 s, evasive after 0.6 s, expired after 1.5 s; ``--liveness
+default`` for the library's own, to share a mesh with nodes that use it).  It hosts one
 agent (default id: the node name) with these handlers:
 
 ``whoami``   -> ``{"agent", "node", "inc", "pid", "addresses", "sender"}``
@@ -145,7 +146,7 @@ async def run(args: argparse.Namespace) -> int:
         name=args.name,
         interfaces=args.interfaces,
         seeds=args.seed,
-        liveness=LIVENESS,
+        liveness=LIVENESS if args.liveness == "fast" else zmesh.LivenessConfig(),
         insecure=True,  # a lab of network namespaces, without keys: say so explicitly
     )
     started = time.monotonic()
@@ -264,6 +265,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--snapshot", type=float, default=1.0, help="seconds between registry snapshots")
     parser.add_argument("--duration", type=float, default=120.0, help="exit after this many seconds")
     parser.add_argument("--wait-go", action="store_true", help="start the node on a 'go' command")
+    parser.add_argument("--liveness", choices=("fast", "default"), default="fast",
+                        help="fast (expired after 1.5 s) or the library's defaults, to share a mesh with nodes that use them")
     parser.add_argument("--log", default="INFO", help="level of the 'zmesh' logger (to stderr)")
     return parser.parse_args(argv)
 

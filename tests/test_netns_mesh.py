@@ -45,7 +45,7 @@ class MeshNode:
     """One ``tests._netns_node`` child: its JSON output, parsed, and its commands."""
 
     def __init__(self, lab: NetnsLab, host: Host, mesh: str, name: str, interfaces: str | None = None,
-                 seeds: Sequence[str] = ()) -> None:
+                 seeds: Sequence[str] = (), extra: Sequence[str] = ()) -> None:
         self.lab = lab
         self.host = host
         self.mesh = mesh
@@ -55,6 +55,7 @@ class MeshNode:
                 "--interfaces", self.interfaces, "--duration", "90", "--snapshot", "0.5"]
         for seed in seeds:
             argv += ["--seed", seed]
+        argv += extra
         self.child: Child = lab.run(host, argv, stdin=True)
         self._parsed: list[dict[str, Any]] = []
         self._seen = 0
