@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from bench.send_cost import both_sides, main, requests, sender_only, zmq_requests
@@ -27,3 +33,16 @@ def test_each_zmq_receive_mode_reads_every_message(mode: str, capsys: pytest.Cap
 
     assert receive_cost([mode, "100"]) == 0
     assert f"{mode}: 100 of 100 read" in capsys.readouterr().out
+
+
+def test_the_gateway_bench_times_all_three_paths() -> None:
+    if shutil.which("nats-server") is None and not Path("/usr/sbin/nats-server").exists():
+        pytest.skip("nats-server is not installed: apt-get install nats-server")
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run([sys.executable, "-m", "bench.gateway_rtt", "--rounds", "2", "-n", "30"], cwd=root,
+                         capture_output=True, text=True, timeout=50, check=False)
+    assert run.returncode == 0, run.stderr
+    rounds = re.findall(r"^round \d: zmq p50 (\d+) p99 \d+ us; nats p50 (\d+) p99 \d+ us; gateway p50 (\d+)",
+                        run.stdout, re.M)
+    assert len(rounds) == 2 and all(float(x) > 0 for r in rounds for x in r), run.stdout
+    assert re.search(r"^gateway / nats: \d+\.\d\dx \[\d+\.\d\d\.\.\d+\.\d\d\]$", run.stdout, re.M), run.stdout
