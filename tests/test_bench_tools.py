@@ -43,6 +43,6 @@ def test_the_gateway_bench_times_all_three_paths() -> None:
                          capture_output=True, text=True, timeout=50, check=False)
     assert run.returncode == 0, run.stderr
     rounds = re.findall(r"^round \d: zmq p50 (\d+) p99 \d+ us; nats p50 (\d+) p99 \d+ us; gateway p50 (\d+)",
-                        run.stdout, re.M)
+                        run.stdout, re.MULTILINE)
     assert len(rounds) == 2 and all(float(x) > 0 for r in rounds for x in r), run.stdout
-    assert re.search(r"^gateway / nats: \d+\.\d\dx \[\d+\.\d\d\.\.\d+\.\d\d\]$", run.stdout, re.M), run.stdout
+    assert re.search(r"^gateway / nats: \d+\.\d\dx \[\d+\.\d\d\.\.\d+\.\d\d\]$", run.stdout, re.MULTILINE), run.stdout
