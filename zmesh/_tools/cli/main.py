@@ -10,6 +10,7 @@
     zmesh top     --mesh lab [--once] [--json]      a live view: nodes, agents, rates, events
     zmesh ga-bridge --root ROOT [--spawn]           a GenericAgent checkout's sub-agents as mesh agents
     zmesh gateway --mesh lab --to nats://H:P        this mesh's agents reachable from a NATS mesh, and back
+    zmesh mcp     --mesh lab [--http H:P]           the mesh's capabilities as MCP tools (stdio, or HTTP)
 
 PAYLOAD is strict JSON, ``--raw TEXT`` (TEXT as a plain string) or
 ``--null`` (no payload); leaving it out is a usage error. Without
@@ -38,7 +39,7 @@ from typing import Any, Callable, Coroutine, Sequence
 from ... import __version__
 from ...errors import InvalidMessage, ZmeshError
 from ..top.app import RICH_MISSING, top
-from . import ga_bridge, gateway
+from . import ga_bridge, gateway, mcp
 from .commands import CLI_NODE_PREFIX, DEFAULT_REQUEST_TIMEOUT, CliError, peers, send, services, sub
 from .json_output import PayloadError, parse_payload
 from .signals import run_command
@@ -195,6 +196,14 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
                     "See docs/scaling.md.")
     _common(gw)
     gateway.add_parser(gw)
+    tools = sub_parsers.add_parser(
+        "mcp", help="serve the mesh's capabilities as MCP tools (stdio, or --http HOST:PORT)",
+        description="An MCP server whose tools are the mesh's capabilities: a call goes to one agent that "
+                    "provides it, its chunks come as progress, a cancel stops its handler. Speaks stdio (for an "
+                    "MCP host's config) unless --http HOST:PORT; then prints one JSON line with the URL. "
+                    "Needs pip install 'zmesh-agents[mcp]'. See docs/ecosystem.md.")
+    _common(tools)
+    mcp.add_parser(tools)
     for sub_parser in sub_parsers.choices.values():
         sub_parser.set_defaults(subparser=sub_parser)  # so main() can say its usage, not the top level's
     return parser, frozenset(sub_parsers.choices)
@@ -258,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     commands: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
         "peers": peers, "send": send, "request": send, "sub": sub, "top": top, "ga-bridge": ga_bridge.ga_bridge,
-        "gateway": gateway.gateway,
+        "gateway": gateway.gateway, "mcp": mcp.mcp,
         "services": services,
     }
     command = commands[args.command]
