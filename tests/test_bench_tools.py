@@ -46,3 +46,16 @@ def test_the_gateway_bench_times_all_three_paths() -> None:
                         run.stdout, re.MULTILINE)
     assert len(rounds) == 2 and all(float(x) > 0 for r in rounds for x in r), run.stdout
     assert re.search(r"^gateway / nats: \d+\.\d\dx \[\d+\.\d\d\.\.\d+\.\d\d\]$", run.stdout, re.MULTILINE), run.stdout
+
+
+def test_the_mcp_bench_times_every_path() -> None:
+    pytest.importorskip("mcp", reason="pip install 'zmesh-agents[mcp]'")
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run([sys.executable, "-m", "bench.mcp_rtt", "--rounds", "2", "-n", "20"], cwd=root,
+                         capture_output=True, text=True, timeout=50, check=False)
+    assert run.returncode == 0, run.stderr
+    rounds = re.findall(r"^round \d: mesh p50 (\d+) .*; mcp-stdio p50 (\d+) p99 \d+ us; mcp-http p50 (\d+)",
+                        run.stdout, re.MULTILINE)
+    assert len(rounds) == 2 and all(float(x) > 0 for r in rounds for x in r), run.stdout
+    for path in ("mcp-memory", "mcp-stdio", "mcp-http"):
+        assert re.search(rf"^{path} / mesh: \d+\.\d\dx \[\d+\.\d\d\.\.\d+\.\d\d\]$", run.stdout, re.MULTILINE), run.stdout
