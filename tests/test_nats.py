@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -213,6 +214,28 @@ async def test_nodes_carry_on_after_the_server_restarts(tmp_path: Path) -> None:
             # membership flows again at once (not once nats-py's watcher misses its heartbeats, ~20 s on)
             n1.agent("later")
             await wait_for(lambda: "later" in n2.registry.agents(), 3, "the new agent's record at n2")
+    finally:
+        server.stop()
+
+
+async def test_a_node_says_whether_its_server_is_reachable(tmp_path: Path) -> None:
+    pytest.importorskip("nats")
+    server = NatsServer(tmp_path)
+    try:
+        transport = NatsTransport(server.url, heartbeat=0.2, expiry=1.0)
+        async with zmesh.Node("m", transport=transport):
+            await wait_for(lambda: transport.reachable, 5, "the first renewal")
+            server.process.send_signal(signal.SIGSTOP)  # a silent link: the client notices nothing for minutes
+            try:
+                await wait_for(lambda: not transport.reachable, 10, "renewals to stop being taken")
+            finally:
+                server.process.send_signal(signal.SIGCONT)
+            await wait_for(lambda: transport.reachable, 10, "renewals taken again")
+            server.stop()  # gone: the client sees the connection close
+            await wait_for(lambda: not transport.reachable, 10, "the server to be missed")
+            server = server.restart()
+            await wait_for(lambda: transport.reachable, 20, "the client back on the new server")
+        assert not transport.reachable  # closed
     finally:
         server.stop()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from ..agent import Agent
 from ..errors import AgentExists, NodeClosed, Timeout, ZmeshError
 from ..node import Node
+from ..transport.message import MessageTransport
 from ._paths import ROLE, VIA, check_domain, lock_id
 from ._side import Side
 
@@ -24,6 +26,9 @@ log = logging.getLogger("zmesh.gateway")
 RESYNC_INTERVAL = 1.0
 #: Seconds start() waits for each node to know the members it was told of (a seed that is down: no longer).
 JOIN_WAIT = 5.0
+#: Seconds a leading gateway keeps the lead while one side's broker is out of reach (a blip is not a
+#: takeover); after that it stands down, so a standby that reaches both sides takes over.
+STEP_DOWN_AFTER = 2.0
 
 
 class Gateway:
@@ -55,6 +60,7 @@ class Gateway:
         self._closing: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._unreachable_since: float | None = None
 
     async def __aenter__(self) -> Gateway:
         await self.start()
@@ -101,8 +107,15 @@ class Gateway:
         await self.a.stand_in(self.b.wanted())
 
     def _lead(self) -> bool:
-        """Hold the pair's lock agent on side a; of two holders at once the smaller node id keeps it."""
+        """Hold the pair's lock agent on side a; of two holders at once the smaller node id keeps it.
+        Only a gateway that reaches both sides takes it, and one that has not for STEP_DOWN_AFTER
+        seconds gives it up."""
         node, lock_id = self.a.node, self._lock_id
+        if not self._reaches_both():
+            if self._lock is not None and time.monotonic() - (self._unreachable_since or 0.0) > STEP_DOWN_AFTER:
+                log.warning("gateway %s: standing down, a side's broker is out of reach", node.id)
+                self._release()
+            return self._lock is not None
         if self._lock is None:
             if node.registry.node_of(lock_id) is not None:
                 return False
@@ -111,10 +124,24 @@ class Gateway:
             except AgentExists:
                 return False
         if any(r.node_id < node.id and lock_id in r.agents for r in node.registry.nodes()):
-            lock, self._lock = self._lock, None
-            self._closing.add(asyncio.get_running_loop().create_task(lock.close()))
+            self._release()
             return False
         return True
+
+    def _release(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            self._closing.add(asyncio.get_running_loop().create_task(lock.close()))
+
+    def _reaches_both(self) -> bool:
+        """Whether both sides' brokers are in reach (a side without one always is); notes since when not."""
+        if all(side.node.transport.reachable for side in (self.a, self.b)
+               if isinstance(side.node.transport, MessageTransport)):
+            self._unreachable_since = None
+            return True
+        if self._unreachable_since is None:
+            self._unreachable_since = time.monotonic()
+        return False
 
     async def close(self) -> None:
         """Close the proxies, relays and bridges (the other sides see them leave); not the nodes."""

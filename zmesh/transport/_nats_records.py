@@ -29,6 +29,7 @@ class NatsRecords:
         self._renewal: asyncio.Future[None] | None = None
         self._heard: dict[str, tuple[float, bytes]] = {}  # node -> (when renewed, its record)
         self._last_beat = time.monotonic()  # a first beat late is late too
+        self._renewed = 0.0  # when the server last took this node's record
 
     @classmethod
     async def open(cls, js: Any, bucket: str, node_id: str, expiry: float,
@@ -45,6 +46,7 @@ class NatsRecords:
         """Keep ``data`` as this node's record (renewed from now on)."""
         self.record = data
         await self._kv.put(self._key, data)
+        self._renewed = time.monotonic()
 
     async def delete(self, wait: float) -> None:
         """Take this node's record away (waiting ``wait`` seconds at most); not renewed any more."""
@@ -128,6 +130,12 @@ class NatsRecords:
             await self._kv.put(self._key, record)
         except Exception:
             self._count("renew_failed")
+        else:
+            self._renewed = time.monotonic()
+
+    def renewed_within(self, seconds: float) -> bool:
+        """Whether the server took this node's record within the last ``seconds``."""
+        return time.monotonic() - self._renewed <= seconds
 
     async def stop(self) -> None:
         if self._renewal is not None:

@@ -211,5 +211,11 @@ class MessageTransport(ABC):
     def check_endpoint(self, endpoint: str) -> None:  # noqa: B027 - optional hook
         """Seeds do not apply to a message-level transport (its broker is the meeting point)."""
 
+    @property
+    def reachable(self) -> bool:
+        """Whether the broker is reachable now, as far as this transport can tell (default: always).
+        A gateway whose broker side is not stands down for another (zmesh.gateway)."""
+        return True
+
     def stats(self) -> dict[str, int]:
         return {}

@@ -149,6 +149,14 @@ class NatsTransport(Counted, MessageTransport):
         self._tasks.append(loop.create_task(self._records.watch(lambda: self._host)))
         self._tasks.append(loop.create_task(self._beat()))
 
+    @property
+    def reachable(self) -> bool:
+        """The client is connected and the server took this node's record within ``expiry`` seconds
+        (a link that went silent is not noticed by the client for minutes; the renewals stop at once)."""
+        nc, records = self._nc, self._records
+        return (nc is not None and not self._closing and bool(nc.is_connected) and records is not None
+                and records.renewed_within(self.expiry))
+
     def _reconnected(self) -> None:
         self._pubacks.resend_all()  # what the old server had not confirmed
         if self._records is not None and self._loop is not None and not self._closing:
