@@ -21,6 +21,7 @@ See docs/scaling.md.
 
 from ._paths import ROLE, VIA, bridge_id
 from ._side import DEFAULT_TIMEOUT, PROXY_CONCURRENCY
-from .gateway import RESYNC_INTERVAL, Gateway
+from .gateway import RESYNC_INTERVAL, STEP_DOWN_AFTER, Gateway
 
-__all__ = ["DEFAULT_TIMEOUT", "PROXY_CONCURRENCY", "RESYNC_INTERVAL", "ROLE", "VIA", "Gateway", "bridge_id"]
+__all__ = ["DEFAULT_TIMEOUT", "PROXY_CONCURRENCY", "RESYNC_INTERVAL", "ROLE", "STEP_DOWN_AFTER", "VIA", "Gateway",
+           "bridge_id"]

@@ -18,7 +18,7 @@ from ..transport.message import MessageTransport
 from ._paths import ROLE, VIA, check_domain, lock_id
 from ._side import Side
 
-__all__ = ["RESYNC_INTERVAL", "Gateway"]
+__all__ = ["JOIN_WAIT", "RESYNC_INTERVAL", "STEP_DOWN_AFTER", "Gateway"]
 
 log = logging.getLogger("zmesh.gateway")
 
