@@ -471,6 +471,43 @@ def test_a_reply_kept_for_a_requester_that_never_comes_back_becomes_a_dead_lette
     assert net.engines["b"].members.parked.empty
 
 
+def test_a_reply_from_an_agent_that_left_while_its_handler_ran_still_answers() -> None:
+    net = pair()
+    a, b = net.engines["a"], net.engines["b"]
+    net.advance(1.0)
+    net.answer = False
+    key = net.request("a", ask("a1", "b1"), net.now + 10)
+    net.deliver_all()
+    [(_, msg)] = net.unanswered
+    b.remove_agent("b1")  # the node says so (a record update) before the handler answers
+    net.pump("b")
+    net.deliver_all()
+    assert a.registry.node_of("b1") is None
+    b.reply_status(msg, "ok", "done anyway")
+    net.pump("b")
+    net.deliver_all()
+    [replied] = net.effects("a", fx.REPLIED)
+    assert replied.effect[1] == key and replied.effect[2].payload == "done anyway"
+    assert a.dropped["spoofed_sender"] == 0
+
+
+def test_a_reply_nobody_asked_that_agent_for_is_still_spoofed() -> None:
+    net = pair()
+    a, b = net.engines["a"], net.engines["b"]
+    net.advance(1.0)
+    net.answer = False
+    net.request("a", ask("a1", "b1"), net.now + 10)
+    net.deliver_all()
+    [(_, msg)] = net.unanswered
+    for sender, cid in (("b9", msg.correlation_id), ("b9", "nope")):  # not b's agent; the request went to b1
+        forged = Message(type="result", sender=sender, target="a1", topic=msg.topic, payload="forged",
+                         correlation_id=cid, reply_to="a1")
+        b.send(forged)
+        net.pump("b")
+        net.deliver_all()
+    assert a.dropped["spoofed_sender"] == 2 and net.effects("a", fx.REPLIED) == []
+
+
 def test_a_drop_from_a_raw_routing_id_is_logged_printably(caplog: pytest.LogCaptureFixture) -> None:
     engine = make_engine("a")
     engine.start((router("a"),), (pub("a"),), 0.0)

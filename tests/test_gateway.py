@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
+import sys
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -283,3 +287,44 @@ async def test_two_lans_meet_through_nats_without_loops(nats_url: str) -> None:
         finally:
             for gw in gateways:
                 await gw.close()
+
+
+_SILENT_PEER = """
+import asyncio, sys, zmesh
+async def main():
+    async with zmesh.Node(sys.argv[1], seeds=[sys.argv[2]], discovery=False, name="silent"):
+        print("up", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+asyncio.run(main())
+"""
+
+
+@pytest.mark.multiprocess
+async def test_closing_is_not_held_up_once_for_each_proxy_by_a_peer_that_does_not_answer(nats_url: str) -> None:
+    # Each agent's close waits for the peers to have the record without it, up to settle_timeout; a peer
+    # stopped cold never does. The gateway's proxies close at once: one settle_timeout, not one each.
+    quiet = zmesh.LivenessConfig(link_heartbeat=None)  # the stopped peer stays a peer throughout
+    async with Mesh("zmq", settle_timeout=0.5, liveness=quiet) as lan, Mesh("nats") as wan:
+        near, far, host = await lan.node(), await wan.node(), await wan.node()
+        for i in range(16):
+            host.agent(f"w{i}")
+        peer = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _SILENT_PEER, lan.name, near.endpoint, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, env={**os.environ, "ZMESH_INTERFACES": "127.0.0.1"})
+        try:
+            assert peer.stdout is not None
+            assert (await asyncio.wait_for(peer.stdout.readline(), 20)).strip() == b"up"
+            await wait_for(lambda: near.peers == ["silent"], 10, "the peer to join")
+            gateway = Gateway(near, far, domain_a="lan", domain_b="nats")
+            await gateway.start()
+            await wait_for(lambda: all(f"w{i}" in gateway.a.proxies for i in range(16)), 10, "the proxies")
+            assert await near.settled(5)
+            peer.send_signal(signal.SIGSTOP)
+            started = time.monotonic()
+            await gateway.close()
+            took = time.monotonic() - started
+            assert took < 4.0, f"closing 16 proxies took {took:.2f} s (one after another: 16 x 0.5 s)"
+        finally:
+            peer.send_signal(signal.SIGCONT)
+            peer.kill()
+            await asyncio.wait_for(peer.communicate(), 10)  # and its pipes closed

@@ -189,7 +189,8 @@ def _undecodable(
 
 
 def _message(engine: Engine, msg: Message, peer: Peer | None, size: int) -> None:
-    if peer is not None and msg.sender not in peer.record.agents and msg.sender != node_address(peer.node_id):
+    if (peer is not None and msg.sender not in peer.record.agents and msg.sender != node_address(peer.node_id)
+            and not _answers_what_it_was_asked(engine, msg, peer)):
         raise FrameError("spoofed_sender", msg.sender)
     if (peer is not None and peer.rule is not None and msg.type != "result" and not peer.rule.topic_ok(msg.topic)
             and msg.topic not in PROTOCOL_TOPICS):
@@ -275,3 +276,12 @@ def _fan_out(engine: Engine, msg: Message, size: int) -> None:
     for agent_id, (_, subs) in engine.agents.items():
         if agent_id != msg.sender and subs and any(matches(p, msg.topic) for p in subs):
             engine.effects.append((DELIVER, agent_id, msg, True, "", size))
+
+
+def _answers_what_it_was_asked(engine: Engine, msg: Message, peer: Peer) -> bool:
+    """A reply from an agent that left its node (a gateway's proxy, an agent closed while its handler
+    ran) after the request reached it: the request went to that agent at that node, so it is its."""
+    if msg.type != "result":
+        return False
+    pending = engine.requests.pending.get((msg.target, msg.correlation_id))
+    return pending is not None and pending.node_id == peer.node_id and pending.message.target == msg.sender

@@ -88,8 +88,8 @@ class Side:
     async def stand_in(self, wanted: dict[str, tuple[AgentInfo, list[str]]]) -> None:
         """Host a proxy here for each agent of the other side in ``wanted`` that nobody stands in for yet;
         keep ours up to date; close those no longer wanted."""
-        for agent_id in [a for a in self.proxies if a not in wanted or self._claimed_elsewhere(a)]:
-            await self._close(self.proxies.pop(agent_id))
+        await self._close_all([self.proxies.pop(a) for a in list(self.proxies)
+                               if a not in wanted or self._claimed_elsewhere(a)])
         patterns: set[str] = set()
         for agent_id, (info, path) in wanted.items():
             patterns |= info.subscriptions
@@ -161,17 +161,24 @@ class Side:
     async def stand_down(self) -> None:
         """Close every proxy and the bridge: another gateway stands in now."""
         self.active = False
-        for agent in [*self.proxies.values(), self.bridge]:
-            if agent is not None:
-                await self._close(agent)
+        agents = [*self.proxies.values(), self.bridge]
         self.proxies.clear()
         self.bridge = None
+        await self._close_all(agents)
 
     async def close(self) -> None:
-        await self.stand_down()
-        if self.relay is not None:
-            await self._close(self.relay)
-            self.relay = None
+        relay, self.relay = self.relay, None
+        self.active = False
+        agents = [*self.proxies.values(), self.bridge, relay]
+        self.proxies.clear()
+        self.bridge = None
+        await self._close_all(agents)
+
+    @classmethod
+    async def _close_all(cls, agents: list[Agent | None]) -> None:
+        # At once: each close waits for the peers to have the record without it (a peer that does not
+        # answer holds each for the node's settle_timeout), so one after another would add up.
+        await asyncio.gather(*(cls._close(agent) for agent in agents if agent is not None))
 
     @staticmethod
     async def _close(agent: Agent) -> None:

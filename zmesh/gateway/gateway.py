@@ -149,8 +149,7 @@ class Gateway:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        for side in (self.a, self.b):
-            await side.close()
+        await asyncio.gather(self.a.close(), self.b.close())
         if self._lock is not None:
             with contextlib.suppress(NodeClosed):
                 await self._lock.close()

@@ -27,17 +27,21 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to-domain", default=None,
                         help="the other side's domain name (default: the --to URL's scheme, e.g. 'nats')")
     parser.add_argument("--name", default=None, help="the gateway's node names' stem (default gateway-<pid>)")
+    parser.add_argument("--max-payload", type=int, default=None, metavar="BYTES",
+                        help="the largest message either node takes (default 1 MiB): what crosses is at most this "
+                             "(and the broker's own limit); a larger one fails at its sender with InvalidMessage")
 
 
 async def gateway(args: argparse.Namespace) -> int:
     """Run the gateway until stopped; print one JSON line once it is up."""
     to_domain = args.to_domain or args.to_transport.partition("://")[0] or "wan"
     stem = args.name or f"gateway-{os.getpid()}"
+    sizes = {} if args.max_payload is None else {"max_payload": args.max_payload}
     try:
         near = Node(args.mesh, name=f"{stem}-{args.domain}"[:200], transport=args.from_transport or args.transport,
                     seeds=args.seed, interfaces=args.interfaces, port=args.port, key=args.key,
-                    trusted=args.trusted, insecure=args.insecure)
-        far = Node(args.to_mesh or args.mesh, name=f"{stem}-{to_domain}"[:200], transport=args.to_transport)
+                    trusted=args.trusted, insecure=args.insecure, **sizes)
+        far = Node(args.to_mesh or args.mesh, name=f"{stem}-{to_domain}"[:200], transport=args.to_transport, **sizes)
         relay = Gateway(near, far, domain_a=args.domain, domain_b=to_domain)
     except ValueError as exc:
         raise CliError(str(exc), exit_code=2) from None
