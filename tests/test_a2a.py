@@ -1,0 +1,379 @@
+"""zmesh.a2a.serve: mesh agents as A2A agents, driven by the a2a-sdk's own
+client over HTTP on 127.0.0.1 (port 0), the agents on another ZeroMQ node."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import zmesh
+from zmesh.a2a import A2AServer, A2ASetupError, check_listen, is_loopback
+
+from .helpers import Mesh, wait_for
+
+pytest.importorskip("a2a.client", reason="zmesh.a2a's tests need a2a-sdk: pip install 'zmesh-agents[a2a]'")
+pytest.importorskip("uvicorn")
+
+import httpx
+from a2a.client import ClientConfig, create_client
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    TaskState,
+)
+from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.struct_pb2 import Struct, Value
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def text_message(text: str, skill: str | None = None) -> SendMessageRequest:
+    message = Message(role=Role.ROLE_USER, message_id=f"m-{text}", parts=[Part(text=text)])
+    if skill is not None:
+        message.metadata.CopyFrom(ParseDict({"skill": skill}, Struct()))
+    return SendMessageRequest(message=message)
+
+
+class Waiter:
+    """A streaming handler that yields ``first`` chunks, then waits until cancelled and says so."""
+
+    def __init__(self, first: int = 1) -> None:
+        self.first = first
+        self.cancelled = asyncio.Event()
+
+    async def __call__(self, msg: zmesh.Message) -> AsyncIterator[str]:
+        for i in range(self.first):
+            yield f"chunk{i}"
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+
+@contextlib.asynccontextmanager
+async def gateway(**options: Any) -> AsyncIterator[tuple[A2AServer, zmesh.Node, httpx.AsyncClient]]:
+    """A gateway node serving A2A on 127.0.0.1:0 and a second node (its agents the test's), both zmq."""
+    async with Mesh("zmq") as mesh:
+        near, far = await mesh.node(), await mesh.node()
+        await mesh.converged()
+        headers = {"Authorization": f"Bearer {options['token']}"} if options.get("token") else {}
+        async with zmesh.a2a.serve(near, **options) as server, httpx.AsyncClient(headers=headers,
+                                                                                    timeout=20) as http:
+            yield server, far, http
+
+
+async def client_for(server: A2AServer, agent_id: str, http: httpx.AsyncClient, *, streaming: bool) -> Any:
+    return await create_client(f"{server.url}/{agent_id}/", ClientConfig(streaming=streaming, httpx_client=http))
+
+
+async def wait_served(server: A2AServer, agent_id: str) -> None:
+    await wait_for(lambda: server.lookup(agent_id) is not None, 10, f"the gateway to see agent {agent_id!r}")
+
+
+async def task_reaches(client: Any, task_id: str, state: int, timeout: float = 10.0) -> None:
+    """Poll GetTask until the task is in ``state``; fail after ``timeout`` s."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (task := await client.get_task(GetTaskRequest(id=task_id))).status.state != state:
+        assert asyncio.get_running_loop().time() < deadline, f"task {task_id} stayed {task.status.state}"
+        await asyncio.sleep(0.01)
+
+
+async def responses(client: Any, request: SendMessageRequest) -> list[StreamResponse]:
+    return [event async for event in client.send_message(request)]
+
+
+# -- where it may listen (no socket: a pure check) --------------------------
+
+
+def test_loopback_needs_no_token_and_anything_else_does() -> None:
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"):
+        assert is_loopback(host)
+        check_listen(host, None)
+    for host in ("0.0.0.0", "::", "192.168.1.10", "10.0.0.1", "example.com", ""):
+        assert not is_loopback(host)
+        with pytest.raises(A2ASetupError, match="without a bearer token"):
+            check_listen(host, None)
+        check_listen(host, "s3cret")
+
+
+def test_an_empty_token_is_refused() -> None:
+    with pytest.raises(A2ASetupError, match="empty"):
+        check_listen("127.0.0.1", "")
+
+
+def test_a_non_loopback_server_without_a_token_is_refused_before_it_binds() -> None:
+    node = zmesh.Node("a2a-refusal", transport="inproc")
+    with pytest.raises(A2ASetupError, match="without a bearer token"):
+        zmesh.a2a.serve(node, host="0.0.0.0")
+
+
+def test_without_a2a_sdk_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from zmesh.a2a import PIP_LINE
+    from zmesh.a2a._setup import require_sdk
+
+    monkeypatch.setitem(sys.modules, "a2a.server.request_handlers", None)  # as if it were not installed
+    with pytest.raises(A2ASetupError) as refused:
+        require_sdk()
+    assert PIP_LINE in str(refused.value) and "a2a.server.request_handlers is missing" in str(refused.value)
+
+
+# -- cards ------------------------------------------------------------------
+
+
+async def test_each_agent_has_a_card_and_the_root_lists_them() -> None:
+    async with gateway() as (server, far, http):
+        far.agent("writer", capabilities=("write", "edit"), meta={"description": "writes things", "model": "m1"})
+        far.agent("shouter", capabilities=("shout",))
+        await wait_served(server, "writer")
+        await wait_served(server, "shouter")
+        card = (await http.get(f"{server.url}/writer/.well-known/agent-card.json")).json()
+        assert card["name"] == "writer"
+        assert card["description"] == "writes things"
+        assert card["capabilities"]["streaming"] is True
+        assert card["supportedInterfaces"] == [{"url": f"{server.url}/writer/", "protocolBinding": "JSONRPC",
+                                                "protocolVersion": "1.0"}]
+        assert [s["id"] for s in card["skills"]] == ["write", "edit"]
+        assert "model=m1" in card["skills"][0]["tags"]
+        listed = (await http.get(f"{server.url}/")).json()
+        names = [c["name"] for c in listed]
+        assert "writer" in names and "shouter" in names
+        assert server.agent_id not in names  # the gateway's own agent is not served
+        client = await client_for(server, "writer", http, streaming=False)  # the SDK resolves the card too
+        await client.close()
+
+
+async def test_an_agent_that_joins_is_served_and_one_that_leaves_answers_404() -> None:
+    async with gateway() as (server, far, http):
+        card_url = f"{server.url}/late/.well-known/agent-card.json"
+        assert (await http.get(card_url)).status_code == 404
+        late = far.agent("late", capabilities=("echo",))
+        late.add_handler("echo", lambda msg: msg.payload)
+        await wait_served(server, "late")
+        assert (await http.get(card_url)).json()["name"] == "late"
+        client = await client_for(server, "late", http, streaming=False)
+        [reply] = await responses(client, text_message("here"))
+        assert reply.message.parts[0].text == "here"
+        await late.close()
+        await wait_for(lambda: server.lookup("late") is None, 10, "the gateway to see 'late' leave")
+        assert (await http.get(card_url)).status_code == 404
+        gone = await http.post(f"{server.url}/late/", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                                            "params": {}})
+        assert gone.status_code == 404 and "late" in gone.json()["error"]
+        assert "late" not in [c["name"] for c in (await http.get(f"{server.url}/")).json()]
+        await client.close()
+
+
+# -- messages ---------------------------------------------------------------
+
+
+async def test_a_text_message_is_a_mesh_request_and_its_reply_an_agent_message() -> None:
+    async with gateway() as (server, far, http):
+        seen: list[Any] = []
+        b = far.agent("b", capabilities=("shout",))
+
+        @b.on("shout")
+        async def shout(msg: zmesh.Message) -> str:
+            seen.append((msg.sender, msg.payload))
+            return str(msg.payload).upper()
+
+        data = far.agent("data", capabilities=("count",))
+        data.add_handler("count", lambda msg: {"n": 3, "of": msg.payload})
+        await wait_served(server, "data")
+        client = await client_for(server, "b", http, streaming=False)
+        [reply] = await responses(client, text_message("hello"))
+        assert reply.message.role == Role.ROLE_AGENT
+        assert [p.text for p in reply.message.parts] == ["HELLO"]
+        assert seen == [(server.agent_id, "hello")]
+        client = await client_for(server, "data", http, streaming=False)
+        [reply] = await responses(client, text_message("x"))
+        assert MessageToDict(reply.message.parts[0].data) == {"n": 3, "of": "x"}
+
+
+async def test_parts_other_than_text_arrive_as_a_dict_of_parts() -> None:
+    async with gateway() as (server, far, http):
+        seen: list[Any] = []
+        b = far.agent("b", capabilities=("take",))
+        b.add_handler("take", lambda msg: seen.append(msg.payload) or "ok")
+        await wait_served(server, "b")
+        message = Message(role=Role.ROLE_USER, message_id="m", parts=[
+            Part(text="see"), Part(data=ParseDict({"k": [1, 2.5]}, Value())),
+            Part(raw=b"\x00\x01", media_type="application/octet-stream", filename="b.bin"),
+            Part(url="http://127.0.0.1/x.png", media_type="image/png")])
+        client = await client_for(server, "b", http, streaming=False)
+        await responses(client, SendMessageRequest(message=message))
+        assert seen == [{"parts": [
+            {"text": "see"}, {"data": {"k": [1, 2.5]}},
+            {"raw": b"\x00\x01", "media_type": "application/octet-stream", "filename": "b.bin"},
+            {"url": "http://127.0.0.1/x.png", "media_type": "image/png"}]}]
+
+
+async def test_a_message_names_its_skill_or_gets_an_error_listing_them() -> None:
+    async with gateway() as (server, far, http):
+        multi = far.agent("multi", capabilities=("up", "down"))
+        multi.add_handler("up", lambda msg: msg.payload.upper())
+        multi.add_handler("down", lambda msg: msg.payload.lower())
+        await wait_served(server, "multi")
+        client = await client_for(server, "multi", http, streaming=False)
+        [reply] = await responses(client, text_message("MiX", skill="down"))
+        assert reply.message.parts[0].text == "mix"
+        with pytest.raises(Exception, match=r"several skills \('up', 'down'\).*metadata\['skill'\]"):
+            await responses(client, text_message("MiX"))
+        with pytest.raises(Exception, match=r"no skill 'sideways'; its skills: 'up', 'down'"):
+            await responses(client, text_message("MiX", skill="sideways"))
+
+
+async def test_a_skill_can_name_the_topic_it_goes_on() -> None:
+    async with gateway() as (server, far, http):
+        worker = far.agent("worker", capabilities=("genericagent",), meta={"a2a.topic.genericagent": "task"})
+        worker.add_handler("task", lambda msg: f"did {msg.payload}")
+        await wait_served(server, "worker")
+        client = await client_for(server, "worker", http, streaming=False)
+        [reply] = await responses(client, text_message("it"))
+        assert reply.message.parts[0].text == "did it"
+        card = (await http.get(f"{server.url}/worker/.well-known/agent-card.json")).json()
+        assert card["skills"][0]["tags"] == ["zmesh"]  # the topic mapping is not a tag
+
+
+async def test_a_handler_error_fails_the_task_with_its_message() -> None:
+    async with gateway() as (server, far, http):
+        b = far.agent("b", capabilities=("boom",))
+
+        def boom(msg: zmesh.Message) -> None:
+            raise ValueError("no good input")
+
+        b.add_handler("boom", boom)
+        await wait_served(server, "b")
+        client = await client_for(server, "b", http, streaming=False)
+        [failed] = await responses(client, text_message("x"))
+        assert failed.task.status.state == TaskState.TASK_STATE_FAILED
+        said = failed.task.status.message.parts[0].text
+        assert "HandlerError" in said and "no good input" in said
+        task = await client.get_task(GetTaskRequest(id=failed.task.id))
+        assert task.status.state == TaskState.TASK_STATE_FAILED
+        streaming = await client_for(server, "b", http, streaming=True)
+        events = await responses(streaming, text_message("y"))
+        assert events[-1].status_update.status.state == TaskState.TASK_STATE_FAILED
+        assert "no good input" in events[-1].status_update.status.message.parts[0].text
+
+
+async def test_a_mesh_timeout_fails_the_task_and_stops_the_handler() -> None:
+    async with gateway(timeout=0.5) as (server, far, http):
+        slow = far.agent("slow", capabilities=("wait",))
+        waiter = Waiter(first=0)
+
+        async def wait(msg: zmesh.Message) -> str:
+            async for _ in waiter(msg):
+                pass
+            return "never"
+
+        slow.add_handler("wait", wait)
+        await wait_served(server, "slow")
+        client = await client_for(server, "slow", http, streaming=False)
+        [failed] = await responses(client, text_message("x"))
+        assert failed.task.status.state == TaskState.TASK_STATE_FAILED
+        assert "Timeout" in failed.task.status.message.parts[0].text
+        await asyncio.wait_for(waiter.cancelled.wait(), 10)
+
+
+# -- streams ----------------------------------------------------------------
+
+
+async def test_a_stream_arrives_as_artifact_updates_in_order_and_get_task_has_it() -> None:
+    async with gateway() as (server, far, http):
+        w = far.agent("w", capabilities=("write",))
+
+        @w.on("write")
+        async def write(msg: zmesh.Message) -> AsyncIterator[Any]:
+            for i in range(20):
+                yield f"t{i} "
+            yield {"done": True}
+
+        await wait_served(server, "w")
+        client = await client_for(server, "w", http, streaming=True)
+        events = await responses(client, text_message("go"))
+        kinds = [e.WhichOneof("payload") for e in events]
+        assert kinds[0] == "task" and events[0].task.status.state == TaskState.TASK_STATE_SUBMITTED
+        assert events[1].status_update.status.state == TaskState.TASK_STATE_WORKING
+        chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
+        assert [c.artifact.parts[0].text for c in chunks[:20]] == [f"t{i} " for i in range(20)]
+        assert chunks[-1].artifact.parts[0].HasField("data")
+        assert [c.append for c in chunks] == [False] + [True] * 20
+        assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+        task = await client.get_task(GetTaskRequest(id=events[0].task.id))
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED
+        [artifact] = task.artifacts
+        assert [p.text for p in artifact.parts][:20] == [f"t{i} " for i in range(20)]
+
+
+async def test_cancel_task_mid_stream_cancels_the_mesh_request() -> None:
+    async with gateway() as (server, far, http):
+        w = far.agent("w", capabilities=("write",))
+        waiter = Waiter(first=2)
+        w.add_handler("write", waiter)
+        await wait_served(server, "w")
+        client = await client_for(server, "w", http, streaming=True)
+        events: list[StreamResponse] = []
+        async with contextlib.aclosing(client.send_message(text_message("go"))) as stream:
+            async for event in stream:
+                events.append(event)
+                if len([e for e in events if e.HasField("artifact_update")]) == 2:
+                    break
+        task_id = events[0].task.id
+        cancelled = await client.cancel_task(CancelTaskRequest(id=task_id))
+        assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+        await asyncio.wait_for(waiter.cancelled.wait(), 10)
+        task = await client.get_task(GetTaskRequest(id=task_id))
+        assert task.status.state == TaskState.TASK_STATE_CANCELED
+        assert [p.text for p in task.artifacts[0].parts] == ["chunk0", "chunk1"]
+
+
+async def test_a_client_that_closes_the_stream_cancels_the_mesh_request() -> None:
+    async with gateway() as (server, far, http):
+        w = far.agent("w", capabilities=("write",))
+        waiter = Waiter(first=1)
+        w.add_handler("write", waiter)
+        await wait_served(server, "w")
+        client = await client_for(server, "w", http, streaming=True)
+        task_id = ""
+        async with contextlib.aclosing(client.send_message(text_message("go"))) as stream:
+            async for event in stream:
+                task_id = task_id or event.task.id
+                if event.HasField("artifact_update"):
+                    break  # leaving the block closes the SSE connection
+        await asyncio.wait_for(waiter.cancelled.wait(), 10)
+        polling = await client_for(server, "w", http, streaming=False)
+        await task_reaches(polling, task_id, TaskState.TASK_STATE_CANCELED)
+
+
+# -- the bearer token ---------------------------------------------------------
+
+
+async def test_with_a_token_every_request_needs_it_and_cards_declare_it() -> None:
+    async with gateway(token="s3cret") as (server, far, http):
+        b = far.agent("b", capabilities=("echo",))
+        b.add_handler("echo", lambda msg: msg.payload)
+        await wait_served(server, "b")
+        async with httpx.AsyncClient(timeout=10) as stranger:
+            for url in (f"{server.url}/", f"{server.url}/b/.well-known/agent-card.json"):
+                refused = await stranger.get(url)
+                assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer")
+            wrong = await stranger.post(f"{server.url}/b/", json={}, headers={"Authorization": "Bearer nope"})
+            assert wrong.status_code == 401
+        card = (await http.get(f"{server.url}/b/.well-known/agent-card.json")).json()
+        assert card["securitySchemes"] == {"bearer": {"httpAuthSecurityScheme": {
+            "scheme": "Bearer", "description": "the token the gateway was started with (--token)"}}}
+        assert card["securityRequirements"] == [{"schemes": {"bearer": {}}}]
+        client = await client_for(server, "b", http, streaming=False)
+        [reply] = await responses(client, text_message("hi"))
+        assert reply.message.parts[0].text == "hi"
