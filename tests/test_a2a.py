@@ -286,6 +286,45 @@ async def test_a_mesh_timeout_fails_the_task_and_stops_the_handler() -> None:
         await asyncio.wait_for(waiter.cancelled.wait(), 10)
 
 
+async def test_a_reply_a2a_cannot_carry_fails_the_task_saying_why() -> None:
+    async with gateway() as (server, far, http):
+        b = far.agent("b", capabilities=("odd",))
+        b.add_handler("odd", lambda msg: {"blob": b"\x00"})
+        await wait_served(server, "b")
+        client = await client_for(server, "b", http, streaming=False)
+        [failed] = await responses(client, text_message("x"))
+        assert failed.task.status.state == TaskState.TASK_STATE_FAILED
+        assert "ReplyNotCarried: a bytes is not JSON" in failed.task.status.message.parts[0].text
+
+
+async def test_bad_json_rpc_gets_a_json_rpc_error_and_the_server_goes_on() -> None:
+    async with gateway() as (server, far, http):
+        b = far.agent("b", capabilities=("echo",))
+        b.add_handler("echo", lambda msg: msg.payload)
+        await wait_served(server, "b")
+        for body in (b"{not json", b'{"jsonrpc": "2.0", "id": 7, "method": "NoSuchMethod"}',
+                     b'{"jsonrpc": "2.0", "id": 8, "method": "SendMessage", "params": {"message": 5}}'):
+            answer = await http.post(f"{server.url}/b/", content=body, headers={"Content-Type": "application/json"})
+            assert answer.status_code == 200 and "error" in answer.json(), answer.text
+        client = await client_for(server, "b", http, streaming=False)
+        [reply] = await responses(client, text_message("still here"))
+        assert reply.message.parts[0].text == "still here"
+
+
+async def test_an_agent_keeps_the_last_tasks_that_ended() -> None:
+    async with gateway(keep_tasks=2) as (server, far, http):
+        w = far.agent("w", capabilities=("write",))
+        w.add_handler("write", lambda msg: msg.payload)
+        await wait_served(server, "w")
+        client = await client_for(server, "w", http, streaming=True)
+        task_ids = [(await responses(client, text_message(f"go{i}")))[0].task.id for i in range(3)]
+        assert server.stats()["tasks_forgotten"] == 1
+        with pytest.raises(Exception, match="not found|TaskNotFound"):
+            await client.get_task(GetTaskRequest(id=task_ids[0]))
+        for task_id in task_ids[1:]:
+            assert (await client.get_task(GetTaskRequest(id=task_id))).status.state == TaskState.TASK_STATE_COMPLETED
+
+
 # -- streams ----------------------------------------------------------------
 
 
@@ -370,6 +409,7 @@ async def test_with_a_token_every_request_needs_it_and_cards_declare_it() -> Non
                 assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer")
             wrong = await stranger.post(f"{server.url}/b/", json={}, headers={"Authorization": "Bearer nope"})
             assert wrong.status_code == 401
+        assert server.stats()["unauthorized"] == 3
         card = (await http.get(f"{server.url}/b/.well-known/agent-card.json")).json()
         assert card["securitySchemes"] == {"bearer": {"httpAuthSecurityScheme": {
             "scheme": "Bearer", "description": "the token the gateway was started with (--token)"}}}

@@ -22,7 +22,7 @@ from ._setup import (
     check_listen,
     is_loopback,
 )
-from .server import DEFAULT_TIMEOUT, A2AServer, serve
+from .server import DEFAULT_KEEP_TASKS, DEFAULT_TIMEOUT, A2AServer, serve
 
-__all__ = ["DEFAULT_TIMEOUT", "PIP_LINE", "SKILL_KEY", "TOPIC_META_PREFIX", "A2AServer", "A2ASetupError",
+__all__ = ["DEFAULT_KEEP_TASKS", "DEFAULT_TIMEOUT", "PIP_LINE", "SKILL_KEY", "TOPIC_META_PREFIX", "A2AServer", "A2ASetupError",
            "check_listen", "is_loopback", "serve"]

@@ -24,18 +24,22 @@ from ..registry import AgentInfo
 from ._setup import A2ASetupError, check_listen, require_sdk
 
 if TYPE_CHECKING:
+    from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.types import ASGIApp, Receive, Scope, Send
 
     from ._handler import MeshRequestHandler
+    from ._store import BoundedTaskStore
 
-__all__ = ["DEFAULT_TIMEOUT", "A2AServer", "serve"]
+__all__ = ["DEFAULT_KEEP_TASKS", "DEFAULT_TIMEOUT", "A2AServer", "serve"]
 
 log = logging.getLogger("zmesh.a2a")
 
 #: Seconds an A2A request (a whole stream) may take on the mesh, unless ``serve(timeout=...)`` says otherwise.
 DEFAULT_TIMEOUT = 300.0
+#: Tasks that ended each agent's server keeps for GetTask, unless ``serve(keep_tasks=...)`` says otherwise.
+DEFAULT_KEEP_TASKS = 1000
 _START_TIMEOUT = 10.0
 
 
@@ -45,6 +49,7 @@ class _BearerToken:
     def __init__(self, app: ASGIApp, token: str) -> None:
         self._app = app
         self._expected = f"Bearer {token}".encode()
+        self.refused = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -52,6 +57,7 @@ class _BearerToken:
             if not hmac.compare_digest(given, self._expected):
                 from starlette.responses import JSONResponse
 
+                self.refused += 1
                 refusal = JSONResponse({"error": "missing or wrong bearer token"}, status_code=401,
                                        headers={"WWW-Authenticate": 'Bearer realm="zmesh-a2a"'})
                 await refusal(scope, receive, send)
@@ -81,24 +87,33 @@ class A2AServer:
     URL (``http://127.0.0.1:<port>``). Agent ``b`` is served at
     ``server.url + "/b/"``, its card at ``.../b/.well-known/agent-card.json``;
     ``GET /`` lists every card. ``token``: require ``Authorization: Bearer
-    <token>`` on every request (needed to listen beyond loopback).
+    <token>`` on every request (needed to listen beyond loopback). ``url``:
+    the base URL cards give (behind a proxy). ``timeout``: seconds a request
+    or a whole stream may take on the mesh. ``keep_tasks``: tasks that ended
+    each agent keeps for GetTask. ``agent_id``: the gateway's own agent.
     """
 
     def __init__(self, node: Node, host: str = "127.0.0.1", port: int = 0, *, token: str | None = None,
-                 url: str | None = None, timeout: float = DEFAULT_TIMEOUT, agent_id: str | None = None) -> None:
+                 url: str | None = None, timeout: float = DEFAULT_TIMEOUT, keep_tasks: int = DEFAULT_KEEP_TASKS,
+                 agent_id: str | None = None) -> None:
         check_listen(host, token)
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise A2ASetupError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if not (isinstance(keep_tasks, int) and keep_tasks >= 0):
+            raise A2ASetupError(f"keep_tasks must be 0 or more, got {keep_tasks!r}")
         require_sdk()
         self.node = node
         self.host = host
         self.token = token
         self.timeout = float(timeout)
+        self.keep_tasks = keep_tasks
         #: The gateway's own agent id: every mesh request comes from it (it is not served).
         self.agent_id = agent_id or f"a2a-gateway-{os.getpid()}"
         self._port = port
         self._url = url.rstrip("/") if url else None
-        self._handlers: dict[str, MeshRequestHandler] = {}
+        self._handlers: dict[str, tuple[MeshRequestHandler, JsonRpcDispatcher, BoundedTaskStore]] = {}
+        self._forgotten = 0  # tasks of handlers closed already
+        self._guard: _BearerToken | None = None
         self._sock: socket.socket | None = None
         self._server: Any = None
         self._serving: asyncio.Task[None] | None = None
@@ -135,22 +150,31 @@ class A2AServer:
         """Every agent served now, by id."""
         return [info for agent_id, info in sorted(self.node.registry.agents().items()) if agent_id != self.agent_id]
 
-    def _handler(self, agent: AgentInfo) -> MeshRequestHandler:
-        handler = self._handlers.get(agent.agent_id)
-        if handler is None:
-            from a2a.server.tasks import InMemoryTaskStore
+    def _dispatcher(self, agent: AgentInfo) -> JsonRpcDispatcher:
+        """The agent's JSON-RPC endpoint, made on its first request (it holds the agent's tasks)."""
+        made = self._handlers.get(agent.agent_id)
+        if made is None:
+            from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 
             from ._cards import agent_card
             from ._executor import MeshExecutor
             from ._handler import MeshRequestHandler
+            from ._store import BoundedTaskStore
 
+            store = BoundedTaskStore(self.keep_tasks)
             handler = MeshRequestHandler(
                 agent.agent_id, self.lookup,
                 agent_executor=MeshExecutor(self._agent, agent.agent_id, self.lookup, self.timeout),
-                task_store=InMemoryTaskStore(),
-                agent_card=agent_card(agent, self.url, bearer=self.token is not None))
-            self._handlers[agent.agent_id] = handler
-        return handler
+                task_store=store, agent_card=agent_card(agent, self.url, bearer=self.token is not None))
+            made = self._handlers[agent.agent_id] = (handler, JsonRpcDispatcher(handler), store)
+        return made[1]
+
+    def stats(self) -> dict[str, int]:
+        """``agents_called``: agents that got an A2A request; ``tasks_forgotten``: ended
+        tasks let go beyond ``keep_tasks``; ``unauthorized``: requests refused (401)."""
+        return {"agents_called": len(self._handlers),
+                "tasks_forgotten": self._forgotten + sum(store.forgotten for _, _, store in self._handlers.values()),
+                "unauthorized": self._guard.refused if self._guard is not None else 0}
 
     # -- HTTP --------------------------------------------------------------
 
@@ -177,13 +201,11 @@ class A2AServer:
             return JSONResponse(card_dict(agent_card(agent, self.url, bearer=bearer)))
 
         async def rpc(request: Request) -> Response:
-            from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
-
             agent_id = request.path_params["agent_id"]
             agent = self.lookup(agent_id)
             if agent is None:
                 return unknown(agent_id)
-            response: Response = await JsonRpcDispatcher(self._handler(agent)).handle_requests(request)
+            response: Response = await self._dispatcher(agent).handle_requests(request)
             return response
 
         app: ASGIApp = Starlette(routes=[
@@ -192,7 +214,10 @@ class A2AServer:
             Route("/{agent_id}/", rpc, methods=["POST"]),
             Route("/{agent_id}", rpc, methods=["POST"]),
         ])
-        return _BearerToken(app, self.token) if self.token is not None else app
+        if self.token is None:
+            return app
+        self._guard = _BearerToken(app, self.token)
+        return self._guard
 
     # -- life --------------------------------------------------------------
 
@@ -225,8 +250,9 @@ class A2AServer:
 
     async def close(self) -> None:
         """Cancel what is running (each mesh request's handler sees the cancel), stop listening, leave."""
-        handlers, self._handlers = list(self._handlers.values()), {}
-        await asyncio.gather(*(h.aclose() for h in handlers), return_exceptions=True)
+        made, self._handlers = list(self._handlers.values()), {}
+        self._forgotten += sum(store.forgotten for _, _, store in made)
+        await asyncio.gather(*(handler.aclose() for handler, _, _ in made), return_exceptions=True)
         if self._server is not None:
             self._server.should_exit = True
         if self._serving is not None:
@@ -248,5 +274,5 @@ class A2AServer:
 def serve(node: Node, host: str = "127.0.0.1", port: int = 0, **options: Any) -> A2AServer:
     """The mesh agents ``node`` sees, as A2A agents on ``http://host:port/<agent_id>/``:
     ``async with zmesh.a2a.serve(node) as server: ... server.port``.
-    Options: ``token``, ``url``, ``timeout``, ``agent_id`` (see :class:`A2AServer`)."""
+    Options: ``token``, ``url``, ``timeout``, ``keep_tasks``, ``agent_id`` (see :class:`A2AServer`)."""
     return A2AServer(node, host, port, **options)
