@@ -10,6 +10,7 @@
     zmesh top     --mesh lab [--once] [--json]      a live view: nodes, agents, rates, events
     zmesh ga-bridge --root ROOT [--spawn]           a GenericAgent checkout's sub-agents as mesh agents
     zmesh gateway --mesh lab --to nats://H:P        this mesh's agents reachable from a NATS mesh, and back
+    zmesh a2a-gateway --mesh lab --listen H:P       this mesh's agents as A2A agents over HTTP
 
 PAYLOAD is strict JSON, ``--raw TEXT`` (TEXT as a plain string) or
 ``--null`` (no payload); leaving it out is a usage error. Without
@@ -38,7 +39,7 @@ from typing import Any, Callable, Coroutine, Sequence
 from ... import __version__
 from ...errors import InvalidMessage, ZmeshError
 from ..top.app import RICH_MISSING, top
-from . import ga_bridge, gateway
+from . import a2a_gateway, ga_bridge, gateway
 from .commands import CLI_NODE_PREFIX, DEFAULT_REQUEST_TIMEOUT, CliError, peers, send, services, sub
 from .json_output import PayloadError, parse_payload
 from .signals import run_command
@@ -195,6 +196,15 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
                     "See docs/scaling.md.")
     _common(gw)
     gateway.add_parser(gw)
+    a2a = sub_parsers.add_parser(
+        "a2a-gateway", help="serve this mesh's agents as A2A agents over HTTP (JSON-RPC, with streaming)",
+        description="Serve every agent of the mesh as an A2A agent: http://HOST:PORT/<agent_id>/ (its card at "
+                    ".../.well-known/agent-card.json, all cards at /), a message a mesh request, a streaming "
+                    "message a mesh stream, CancelTask a cancel. Loopback unless told; beyond it only with "
+                    "--token. Needs pip install 'zmesh-agents[a2a]'. Prints one JSON line once up (mesh, node, "
+                    "agent, url), then runs until stopped. See docs/ecosystem.md.")
+    _common(a2a)
+    a2a_gateway.add_parser(a2a)
     for sub_parser in sub_parsers.choices.values():
         sub_parser.set_defaults(subparser=sub_parser)  # so main() can say its usage, not the top level's
     return parser, frozenset(sub_parsers.choices)
@@ -258,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     commands: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
         "peers": peers, "send": send, "request": send, "sub": sub, "top": top, "ga-bridge": ga_bridge.ga_bridge,
-        "gateway": gateway.gateway,
+        "gateway": gateway.gateway, "a2a-gateway": a2a_gateway.a2a_gateway,
         "services": services,
     }
     command = commands[args.command]
