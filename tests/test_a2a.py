@@ -25,9 +25,11 @@ from a2a.client import ClientConfig, create_client
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
+    SendMessageConfiguration,
     SendMessageRequest,
     StreamResponse,
     TaskState,
@@ -244,6 +246,33 @@ async def test_a_skill_can_name_the_topic_it_goes_on() -> None:
         assert reply.message.parts[0].text == "did it"
         card = (await http.get(f"{server.url}/worker/.well-known/agent-card.json")).json()
         assert card["skills"][0]["tags"] == ["zmesh"]  # the topic mapping is not a tag
+
+
+async def test_return_immediately_makes_a_task_to_poll_and_list() -> None:
+    async with gateway() as (server, far, http):
+        b = far.agent("b", capabilities=("slow",))
+        go = asyncio.Event()
+
+        async def slow(msg: zmesh.Message) -> str:
+            await go.wait()
+            return f"done {msg.payload}"
+
+        b.add_handler("slow", slow)
+        await wait_served(server, "b")
+        client = await client_for(server, "b", http, streaming=False)
+        request = text_message("x")
+        request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
+        [submitted] = await responses(client, request)
+        assert submitted.task.status.state == TaskState.TASK_STATE_SUBMITTED
+        go.set()
+        await task_reaches(client, submitted.task.id, TaskState.TASK_STATE_COMPLETED)
+        task = await client.get_task(GetTaskRequest(id=submitted.task.id))
+        assert [p.text for p in task.artifacts[0].parts] == ["done x"]
+        assert [t.id for t in (await client.list_tasks(ListTasksRequest())).tasks] == [submitted.task.id]
+        follow_up = text_message("more")
+        follow_up.message.task_id = submitted.task.id
+        with pytest.raises(Exception, match="terminal state"):  # a zmesh request is one turn
+            await responses(client, follow_up)
 
 
 async def test_a_handler_error_fails_the_task_with_its_message() -> None:
