@@ -20,7 +20,7 @@ from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, TransportProtocol
 
 from .. import __version__
 from ..registry import AgentInfo
-from ._setup import TOPIC_META_PREFIX
+from ._setup import A2A_META
 
 __all__ = ["BEARER_SCHEME", "MODES", "agent_card", "agent_url", "card_dict"]
 
@@ -36,9 +36,9 @@ def agent_url(base: str, agent_id: str) -> str:
 
 
 def _tags(agent: AgentInfo) -> list[str]:
-    """The agent's ``meta`` as ``name=value`` tags (its description and A2A topics left out)."""
+    """The agent's ``meta`` as ``name=value`` tags (its description and the ``a2a.*`` keys left out)."""
     return ["zmesh"] + [f"{k}={v}" for k, v in sorted(agent.meta.items())
-                        if k != "description" and not k.startswith(TOPIC_META_PREFIX)]
+                        if k != "description" and not k.startswith(A2A_META)]
 
 
 def agent_card(agent: AgentInfo, base: str, *, bearer: bool) -> AgentCard:

@@ -15,7 +15,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from ..registry import AgentInfo
 from ._setup import SKILL_KEY, TOPIC_META_PREFIX
 
-__all__ = ["ReplyNotCarried", "parts_of", "payload_of", "pick_skill",
+__all__ = ["ReplyNotCarried", "message_parts", "parts_of", "payload_of", "payload_of_parts", "pick_skill",
            "topic_of"]
 
 
@@ -60,7 +60,12 @@ def payload_of(message: Message) -> Any:
     part a dict with one of ``text``, ``data`` (the JSON value), ``raw``
     (bytes) or ``url``, plus ``media_type`` and ``filename`` when set;
     None when it has no parts."""
-    parts = list(message.parts)
+    return payload_of_parts(message.parts)
+
+
+def payload_of_parts(given: Sequence[Part]) -> Any:
+    """:func:`payload_of` for parts (an artifact's, a chunk's)."""
+    parts = list(given)
     if not parts:
         return None
     if all(p.HasField("text") for p in parts):
@@ -95,6 +100,34 @@ def parts_of(value: Any) -> list[Part]:
         return [Part(data=ParseDict(_listed(value), struct_pb2.Value()))]
     except (ParseError, TypeError, ValueError) as exc:
         raise ReplyNotCarried(str(exc)) from None
+
+
+def _part_of(item: Mapping[str, Any]) -> Part:
+    """A part dict of :func:`payload_of`'s ``{"parts": [...]}`` form back as a Part."""
+    if isinstance(item.get("text"), str):
+        part = Part(text=item["text"])
+    elif isinstance(item.get("raw"), (bytes, bytearray)):
+        part = Part(raw=bytes(item["raw"]))
+    elif isinstance(item.get("url"), str):
+        part = Part(url=item["url"])
+    elif "data" in item:
+        [part] = parts_of(item["data"])
+    else:
+        raise ReplyNotCarried(f"a part needs one of text, raw, url or data, got {sorted(item)}")
+    part.media_type = str(item.get("media_type", ""))
+    part.filename = str(item.get("filename", ""))
+    return part
+
+
+def message_parts(payload: Any) -> list[Part]:
+    """A mesh payload as the parts of an A2A message: the inverse of :func:`payload_of`
+    (a ``{"parts": [...]}`` dict gives those parts), else as :func:`parts_of`."""
+    if isinstance(payload, Mapping) and set(payload) == {"parts"} and isinstance(payload["parts"], list) \
+            and all(isinstance(item, Mapping) for item in payload["parts"]):
+        return [_part_of(item) for item in payload["parts"]]
+    if payload is None:
+        return []
+    return parts_of(payload)
 
 
 def _listed(value: Any) -> Any:

@@ -7,13 +7,18 @@ import ipaddress
 
 from ..errors import ZmeshError
 
-__all__ = ["PIP_LINE", "SKILL_KEY", "TOPIC_META_PREFIX", "A2ASetupError", "check_listen", "is_loopback", "require_sdk"]
+__all__ = ["A2A_META", "PIP_LINE", "SKILL_KEY", "TOPIC_META_PREFIX", "URL_META", "A2ASetupError", "check_listen",
+           "is_loopback", "require_sdk"]
 
 PIP_LINE = "pip install 'zmesh-agents[a2a]'"
 #: The message (or request) metadata key naming the skill (a capability of the agent) a message is for.
 SKILL_KEY = "skill"
+#: The ``meta`` keys zmesh.a2a reads and writes begin so (cards do not show them as tags).
+A2A_META = "a2a."
 #: An agent's ``meta`` key ``a2a.topic.<skill>`` names the topic a skill's requests go on (default: the skill).
-TOPIC_META_PREFIX = "a2a.topic."
+TOPIC_META_PREFIX = A2A_META + "topic."
+#: A remote A2A agent's mesh stand-in says in ``meta["a2a.url"]`` where the agent is.
+URL_META = A2A_META + "url"
 
 
 class A2ASetupError(ZmeshError, ValueError):

@@ -1,0 +1,272 @@
+"""zmesh.a2a.remote: an A2A agent as a mesh agent, against an a2a-sdk server
+written here (its own executor, the SDK's request handler, uvicorn on
+127.0.0.1 port 0), called by a mesh agent on another ZeroMQ node."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+import zmesh
+from zmesh.a2a import MESSAGE_TOPIC, URL_META, A2ASetupError
+
+from .helpers import Mesh, wait_for
+
+pytest.importorskip("a2a.server.request_handlers", reason="zmesh.a2a needs a2a-sdk: pip install 'zmesh-agents[a2a]'")
+
+import uvicorn
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.types.a2a_pb2 import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    Message,
+    Part,
+    Role,
+    Task,
+    TaskState,
+    TaskStatus,
+)
+from starlette.applications import Starlette
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Weather(AgentExecutor):
+    """An A2A agent: ``forecast`` answers in upper case (a message), streams three
+    chunks, fails on "fail", and on "wait" streams one chunk and waits to be cancelled."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, Any]] = []
+        self.stopped = asyncio.Event()
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        from google.protobuf.json_format import MessageToDict
+
+        assert context.message is not None
+        skill = MessageToDict(context.message.metadata).get("skill", "")
+        text = context.get_user_input()
+        self.seen.append((skill, text or MessageToDict(context.message)["parts"]))
+        task_id, context_id = context.task_id or "", context.context_id or ""
+        streaming = context.call_context.state.get("method") == "SendStreamingMessage"
+        if not streaming and text not in ("fail", "wait"):
+            await event_queue.enqueue_event(Message(role=Role.ROLE_AGENT, message_id=f"{task_id}-r",
+                                                    parts=[Part(text=f"{skill}:{text.upper()}")]))
+            return
+        await event_queue.enqueue_event(Task(id=task_id, context_id=context_id,
+                                             status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
+                                             history=[context.message]))
+        updater = TaskUpdater(event_queue, task_id, context_id)
+        await updater.start_work()
+        if text == "fail":
+            await updater.failed(Message(role=Role.ROLE_AGENT, message_id=f"{task_id}-f", parts=[Part(text="it broke")]))
+            return
+        try:
+            for i in range(1 if text == "wait" else 3):
+                await updater.add_artifact([Part(text=f"{text}{i}")], artifact_id="a", append=i > 0)
+            if text == "wait":
+                await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.stopped.set()
+            raise
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
+
+
+def card(url: str) -> AgentCard:
+    return AgentCard(
+        name="weather", description="tells the weather", version="1",
+        supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")],
+        capabilities=AgentCapabilities(streaming=True), default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=[AgentSkill(id="forecast", name="forecast", description="the forecast", tags=["w"]),
+                AgentSkill(id="alerts", name="alerts", description="warnings", tags=["w"])])
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@contextlib.asynccontextmanager
+async def a2a_agent(executor: AgentExecutor) -> AsyncIterator[tuple[str, _Server]]:
+    """The executor served by the a2a-sdk on 127.0.0.1 (a free port): yields its URL and server."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.setblocking(False)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card(url))
+    app = Starlette(routes=[*create_agent_card_routes(card(url)), *create_jsonrpc_routes(handler, "/")])
+    server = _Server(uvicorn.Config(app, lifespan="off", log_config=None, access_log=False,
+                                    timeout_graceful_shutdown=2))
+    serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+    try:
+        await wait_for(lambda: server.started or serving.done(), 10, "the A2A test server to start")
+        yield url, server
+    finally:
+        await handler.aclose()
+        server.should_exit = True
+        await asyncio.gather(serving, return_exceptions=True)
+        sock.close()
+
+
+@contextlib.asynccontextmanager
+async def bridged(executor: AgentExecutor) -> AsyncIterator[tuple[zmesh.Agent, str, _Server]]:
+    """The A2A agent as mesh agent ``weather`` on one zmq node; yields a caller on another."""
+    async with a2a_agent(executor) as (url, server), Mesh("zmq") as mesh:
+        near, far = await mesh.node(), await mesh.node()
+        async with zmesh.a2a.remote(near, "weather", url):
+            caller = far.agent("caller")
+            await far.wait_for_agents("weather", timeout=10)
+            yield caller, url, server
+
+
+async def test_the_remote_agent_is_a_mesh_agent_with_a_capability_per_skill() -> None:
+    async with bridged(Weather()) as (caller, url, _):
+        info = caller.node.registry.agents()["weather"]
+        assert info.capabilities == ("forecast", "alerts")
+        assert info.meta == {URL_META: url, "description": "tells the weather"}
+
+
+async def test_a_mesh_request_is_a_send_message_naming_its_skill() -> None:
+    weather = Weather()
+    async with bridged(weather) as (caller, _, _):
+        reply = await caller.request("weather", "alerts", "storm", timeout=10)
+        assert reply.payload == "alerts:STORM"
+        reply = await caller.request("weather", MESSAGE_TOPIC, "any", timeout=10)
+        assert reply.payload == ":ANY"  # no skill named: the agent picks
+        await caller.request("weather", "forecast", {"city": "Oslo"}, timeout=10)
+        assert weather.seen[:2] == [("alerts", "storm"), ("", "any")]
+        assert weather.seen[2][0] == "forecast" and weather.seen[2][1][0]["data"] == {"city": "Oslo"}
+        with pytest.raises(zmesh.NoHandler):
+            await caller.request("weather", "tides", "x", timeout=10)
+
+
+async def test_a_mesh_stream_is_send_streaming_message_each_artifact_a_chunk() -> None:
+    async with bridged(Weather()) as (caller, _, _):
+        stream = caller.stream("weather", "forecast", "sun", timeout=10)
+        assert [chunk async for chunk in stream] == ["sun0", "sun1", "sun2"]  # read to its end
+
+
+async def test_a_failed_task_is_a_handler_error_for_request_and_stream() -> None:
+    async with bridged(Weather()) as (caller, _, _):
+        with pytest.raises(zmesh.HandlerError) as failed:
+            await caller.request("weather", "forecast", "fail", timeout=10)
+        assert failed.value.remote_type == "A2ATaskFailed" and "it broke" in failed.value.remote_message
+        assert failed.value.agent == "weather"
+        with pytest.raises(zmesh.HandlerError, match="it broke"):
+            async with caller.stream("weather", "forecast", "fail", timeout=10) as chunks:
+                [chunk async for chunk in chunks]
+
+
+async def test_cancelling_a_mesh_stream_cancels_the_a2a_task() -> None:
+    weather = Weather()
+    async with bridged(weather) as (caller, _, _):
+        async with caller.stream("weather", "forecast", "wait", timeout=20) as chunks:
+            async for chunk in chunks:
+                assert chunk == "wait0"
+                break  # leaving the block cancels the mesh stream
+        await asyncio.wait_for(weather.stopped.wait(), 10)
+
+
+async def test_an_agent_that_cannot_be_reached_is_peer_lost() -> None:
+    async with bridged(Weather()) as (caller, _, server):
+        server.should_exit = True  # the A2A agent goes away; the mesh agent stays
+        await wait_for(lambda: all(s.sockets == () or not s.is_serving() for s in server.servers), 10,
+                       "the A2A server to stop listening")
+        with pytest.raises(zmesh.PeerLost, match="cannot be reached"):
+            await caller.request("weather", "forecast", "x", timeout=10)
+
+
+async def test_a_card_that_cannot_be_read_is_a_setup_error() -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{unused.getsockname()[1]}/"  # bound, never listening: refused
+        async with Mesh("inproc") as mesh:
+            node = await mesh.node()
+            with pytest.raises(A2ASetupError, match="cannot use the A2A agent"):
+                await zmesh.a2a.remote(node, "nobody", url).start()
+            assert "nobody" not in node.registry.agents()
+
+
+@contextlib.asynccontextmanager
+async def slow_answering_agent() -> AsyncIterator[tuple[str, list[str]]]:
+    """A hand-written JSON-RPC A2A agent that answers SendMessage with a WORKING task
+    and GetTask with WORKING twice, then COMPLETED: yields its URL and the methods called."""
+    from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    calls: list[str] = []
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.setblocking(False)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+
+    def task(state: str, artifacts: list[Any]) -> dict[str, Any]:
+        return {"id": "t1", "contextId": "c1", "status": {"state": state}, "artifacts": artifacts}
+
+    async def rpc(request: Request) -> JSONResponse:
+        body = await request.json()
+        calls.append(body["method"])
+        if body["method"] == "SendMessage":
+            result: dict[str, Any] = {"task": task("TASK_STATE_WORKING", [])}
+        elif calls.count("GetTask") < 3:
+            result = task("TASK_STATE_WORKING", [])
+        else:
+            result = task("TASK_STATE_COMPLETED", [{"artifactId": "a", "parts": [{"text": "later"}]}])
+        return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "result": result})
+
+    async def the_card(request: Request) -> JSONResponse:
+        described = card(url)
+        described.capabilities.streaming = False
+        return JSONResponse(agent_card_to_dict(described))
+
+    app = Starlette(routes=[Route("/.well-known/agent-card.json", the_card), Route("/", rpc, methods=["POST"])])
+    server = _Server(uvicorn.Config(app, lifespan="off", log_config=None, access_log=False))
+    serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+    try:
+        await wait_for(lambda: server.started or serving.done(), 10, "the hand-written A2A server to start")
+        yield url, calls
+    finally:
+        server.should_exit = True
+        await asyncio.gather(serving, return_exceptions=True)
+        sock.close()
+
+
+async def test_a_task_still_working_when_send_message_returns_is_polled_to_its_end() -> None:
+    async with slow_answering_agent() as (url, calls), Mesh("inproc") as mesh:
+        node = await mesh.node()
+        async with zmesh.a2a.remote(node, "slow", url):
+            reply = await node.agent("caller").request("slow", "forecast", "x", timeout=10)
+        assert reply.payload == "later"
+        assert calls == ["SendMessage", "GetTask", "GetTask", "GetTask"]
+
+
+def test_a_payload_of_parts_goes_back_to_the_same_parts() -> None:
+    from zmesh.a2a._parts import ReplyNotCarried, message_parts, payload_of
+
+    given = {"parts": [{"text": "see"}, {"data": {"k": [1, 2.5]}, "media_type": "application/json"},
+                       {"raw": b"\x00", "filename": "b.bin"}, {"url": "http://127.0.0.1/x.png"}]}
+    assert payload_of(Message(parts=message_parts(given))) == given
+    assert [p.text for p in message_parts("plain")] == ["plain"]
+    assert message_parts(None) == []
+    assert message_parts({"parts": "not a list"})[0].HasField("data")  # only the documented form is parts
+    with pytest.raises(ReplyNotCarried, match="one of text, raw, url or data"):
+        message_parts({"parts": [{"nothing": 1}]})
