@@ -11,7 +11,7 @@ import pytest
 
 from zmesh._tools.cli.main import main
 
-from .cli_process import CliProcess
+from .cli_process import CliProcess, run_zmesh
 from .helpers import Mesh, wait_for
 
 pytest.importorskip("a2a.client", reason="zmesh a2a-gateway needs a2a-sdk: pip install 'zmesh-agents[a2a]'")
@@ -31,6 +31,12 @@ def test_listening_beyond_loopback_without_a_token_is_refused(listen: str, capsy
     err = capsys.readouterr().err
     assert err.startswith("zmesh a2a-gateway: error: refusing to serve mesh agents on"), err
     assert "without a bearer token" in err and "--token" in err
+
+
+@pytest.mark.parametrize("given", ["weather", "weather=", "=http://127.0.0.1:1/", "weather=ftp://127.0.0.1/"])
+def test_a_remote_that_is_not_name_equals_url_is_a_usage_error(given: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["a2a-gateway", "--mesh", "bad", "--remote", given]) == 2
+    assert "--remote takes NAME=URL" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("listen", ["8000", "127.0.0.1:", ":8000", "127.0.0.1:http", "127.0.0.1:70000"])
@@ -72,3 +78,32 @@ async def test_the_gateway_process_serves_the_meshs_agents_until_sigterm() -> No
             gateway.proc.send_signal(signal.SIGTERM)
             assert await gateway.proc.wait() == 143
             await wait_for(lambda: node.registry.node_of(line["agent"]) is None, 10, "the gateway's goodbye")
+
+
+@pytest.mark.multiprocess
+async def test_the_gateway_process_makes_a_remote_a2a_agent_a_mesh_agent() -> None:
+    from .a2a_agents import Weather, a2a_agent
+
+    async with a2a_agent(Weather()) as (url, _), Mesh("zmq") as mesh:
+        node = await mesh.node()
+        caller = node.agent("caller")
+        async with CliProcess("a2a-gateway", "--mesh", mesh.name, "--seed", node.endpoint,
+                              "--remote", f"weather={url}") as gateway:
+            await gateway.wait_for_output(lambda out: len(out) >= 1, 30, "the gateway's line")
+            assert json.loads(gateway.out[0])["remotes"] == {"weather": url}
+            await node.wait_for_agents("weather", timeout=20)
+            assert node.registry.agents()["weather"].capabilities == ("forecast", "alerts")
+            assert (await caller.request("weather", "forecast", "rain", timeout=10)).payload == "forecast:RAIN"
+            gateway.proc.send_signal(signal.SIGTERM)
+            assert await gateway.proc.wait() == 143
+            await wait_for(lambda: "weather" not in node.registry.agents(), 10, "the stand-in to leave")
+
+
+@pytest.mark.multiprocess
+async def test_a_remote_whose_card_cannot_be_read_stops_the_gateway_saying_so() -> None:
+    async with Mesh("zmq") as mesh:
+        node = await mesh.node()
+        code, out, err = await run_zmesh("a2a-gateway", "--mesh", mesh.name, "--seed", node.endpoint,
+                                         "--remote", "ghost=http://127.0.0.1:9/", timeout=30)
+        assert code == 1 and out == "", (out, err)
+        assert "cannot use the A2A agent at http://127.0.0.1:9/ as 'ghost'" in err

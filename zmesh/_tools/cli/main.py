@@ -10,7 +10,7 @@
     zmesh top     --mesh lab [--once] [--json]      a live view: nodes, agents, rates, events
     zmesh ga-bridge --root ROOT [--spawn]           a GenericAgent checkout's sub-agents as mesh agents
     zmesh gateway --mesh lab --to nats://H:P        this mesh's agents reachable from a NATS mesh, and back
-    zmesh a2a-gateway --mesh lab --listen H:P       this mesh's agents as A2A agents over HTTP
+    zmesh a2a-gateway --mesh lab --listen H:P       this mesh's agents as A2A agents over HTTP (--remote: and back)
 
 PAYLOAD is strict JSON, ``--raw TEXT`` (TEXT as a plain string) or
 ``--null`` (no payload); leaving it out is a usage error. Without
@@ -201,8 +201,9 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
         description="Serve every agent of the mesh as an A2A agent: http://HOST:PORT/<agent_id>/ (its card at "
                     ".../.well-known/agent-card.json, all cards at /), a message a mesh request, a streaming "
                     "message a mesh stream, CancelTask a cancel. Loopback unless told; beyond it only with "
-                    "--token. Needs pip install 'zmesh-agents[a2a]'. Prints one JSON line once up (mesh, node, "
-                    "agent, url), then runs until stopped. See docs/ecosystem.md.")
+                    "--token. --remote NAME=URL makes the A2A agent at URL mesh agent NAME. Needs pip install "
+                    "'zmesh-agents[a2a]'. Prints one JSON line once up (mesh, node, agent, url, remotes), then "
+                    "runs until stopped. See docs/ecosystem.md.")
     _common(a2a)
     a2a_gateway.add_parser(a2a)
     for sub_parser in sub_parsers.choices.values():
