@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -129,6 +130,24 @@ def test_without_a2a_sdk_the_error_says_what_to_install(monkeypatch: pytest.Monk
     with pytest.raises(A2ASetupError) as refused:
         require_sdk()
     assert PIP_LINE in str(refused.value) and "a2a.server.request_handlers is missing" in str(refused.value)
+
+
+async def test_a_gateway_that_cannot_start_leaves_its_port_free() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    async with Mesh("inproc") as mesh:
+        node = await mesh.node()
+        node.agent("taken")
+        with pytest.raises(zmesh.AgentExists):
+            await zmesh.a2a.serve(node, port=port, agent_id="taken").start()
+        with socket.socket() as again:
+            again.bind(("127.0.0.1", port))  # nothing of the failed start holds it
+        with pytest.raises(A2ASetupError, match="cannot listen"), socket.socket() as holder:
+            holder.bind(("127.0.0.1", 0))
+            holder.listen(1)
+            await zmesh.a2a.serve(node, port=holder.getsockname()[1]).start()
+        assert "a2a-gateway-" not in " ".join(node.agents)  # nor its agent
 
 
 # -- cards ------------------------------------------------------------------

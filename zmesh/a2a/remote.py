@@ -13,10 +13,11 @@ See docs/ecosystem.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from .._runtime.streams import is_stream_id
@@ -157,10 +158,11 @@ class RemoteAgent:
         assert self._calls is not None
         request = self._request(msg)
         task: Task | None = None
-        async for event in self._mapped(self._calls.send_message(request)):
-            if event.HasField("message"):
-                return payload_of(event.message)
-            task = event.task
+        async with contextlib.aclosing(self._mapped(self._calls.send_message(request))) as events:
+            async for event in events:
+                if event.HasField("message"):
+                    return payload_of(event.message)
+                task = event.task
         if task is None:
             raise HandlerError("A2AError", "the A2A agent answered with neither a message nor a task", agent=self.name)
         return await self._outcome(task, time.monotonic() + self._deadline(msg))
@@ -206,26 +208,27 @@ class RemoteAgent:
         task_id = ""
         ended = False
         try:
-            async for event in self._mapped(self._streams.send_message(self._request(msg))):
-                kind = event.WhichOneof("payload")
-                if kind == "message":
-                    ended = True
-                    yield payload_of(event.message)
-                    return
-                if kind == "task":
-                    task_id = event.task.id
-                    state, said = event.task.status.state, event.task.status
-                elif kind == "status_update":
-                    task_id = task_id or event.status_update.task_id
-                    state, said = event.status_update.status.state, event.status_update.status
-                else:
-                    task_id = task_id or event.artifact_update.task_id
-                    yield payload_of_parts(event.artifact_update.artifact.parts)
-                    continue
-                if state not in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING):
-                    ended = True
-                    self._raise_unless_completed(state, said.message if said.HasField("message") else None, task_id)
-                    return
+            async with contextlib.aclosing(self._mapped(self._streams.send_message(self._request(msg)))) as events:
+                async for event in events:
+                    kind = event.WhichOneof("payload")
+                    if kind == "message":
+                        ended = True
+                        yield payload_of(event.message)
+                        return
+                    if kind == "task":
+                        task_id = event.task.id
+                        state, said = event.task.status.state, event.task.status
+                    elif kind == "status_update":
+                        task_id = task_id or event.status_update.task_id
+                        state, said = event.status_update.status.state, event.status_update.status
+                    else:
+                        task_id = task_id or event.artifact_update.task_id
+                        yield payload_of_parts(event.artifact_update.artifact.parts)
+                        continue
+                    if state not in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING):
+                        ended = True
+                        self._raise_unless_completed(state, said.message if said.HasField("message") else None, task_id)
+                        return
             ended = True
         finally:
             if not ended and task_id:
@@ -246,7 +249,7 @@ class RemoteAgent:
 
     # -- errors --------------------------------------------------------------
 
-    async def _mapped(self, events: AsyncIterator[StreamResponse]) -> AsyncIterator[StreamResponse]:
+    async def _mapped(self, events: AsyncIterator[StreamResponse]) -> AsyncGenerator[StreamResponse, None]:
         """The client's events, its errors as the mesh's: unreachable PeerLost, slow Timeout."""
         from a2a.client import A2AClientError, A2AClientTimeoutError
         from a2a.utils.errors import A2AError
@@ -260,6 +263,10 @@ class RemoteAgent:
             raise self._client_error(exc) from None
         except A2AError as exc:
             raise HandlerError(type(exc).__name__, str(exc), agent=self.name) from None
+        finally:
+            close = getattr(events, "aclose", None)
+            if close is not None:  # the client's SSE stream, left early: its connection is let go now
+                await close()
 
     async def _mapped_call(self, call: Any) -> Any:
         from a2a.client import A2AClientError, A2AClientTimeoutError

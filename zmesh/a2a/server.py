@@ -234,9 +234,13 @@ class A2AServer:
             def capture_signals(self) -> Iterator[None]:  # the application's signals are its own (zmesh.run)
                 yield
 
-        self._sock = _bind(self.host, self._port)
-        self._port = self._sock.getsockname()[1]
         self._agent = self.node.agent(self.agent_id)
+        try:
+            self._sock = _bind(self.host, self._port)
+        except A2ASetupError:
+            await self.close()
+            raise
+        self._port = self._sock.getsockname()[1]
         config = uvicorn.Config(self._app(), lifespan="off", log_config=None, access_log=False,
                                 timeout_graceful_shutdown=2)
         self._server = _Server(config)
