@@ -61,6 +61,13 @@ async def test_a_mesh_request_is_a_send_message_naming_its_skill() -> None:
             await caller.request("weather", "tides", "x", timeout=10)
 
 
+async def test_a_one_way_send_reaches_the_a2a_agent() -> None:
+    weather = Weather()
+    async with bridged(weather) as (caller, _, _):
+        await caller.send("weather", "alerts", "fog")
+        await wait_for(lambda: ("alerts", "fog") in weather.seen, 10, "the A2A agent to get the message")
+
+
 async def test_a_mesh_stream_is_send_streaming_message_each_artifact_a_chunk() -> None:
     async with bridged(Weather()) as (caller, _, _):
         stream = caller.stream("weather", "forecast", "sun", timeout=10)
@@ -109,9 +116,10 @@ async def test_a_card_that_cannot_be_read_is_a_setup_error() -> None:
 
 
 @contextlib.asynccontextmanager
-async def slow_answering_agent() -> AsyncIterator[tuple[str, list[str]]]:
+async def slow_answering_agent(refuse: bool = False) -> AsyncIterator[tuple[str, list[str]]]:
     """A hand-written JSON-RPC A2A agent that answers SendMessage with a WORKING task
-    and GetTask with WORKING twice, then COMPLETED: yields its URL and the methods called."""
+    and GetTask with WORKING twice, then COMPLETED (``refuse``: SendMessage with a
+    JSON-RPC error): yields its URL and the methods called."""
     from a2a.server.request_handlers.response_helpers import agent_card_to_dict
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -127,6 +135,9 @@ async def slow_answering_agent() -> AsyncIterator[tuple[str, list[str]]]:
     async def rpc(request: Request) -> JSONResponse:
         body = await request.json()
         calls.append(body["method"])
+        if refuse:
+            return JSONResponse({"jsonrpc": "2.0", "id": body["id"],
+                                 "error": {"code": -32602, "message": "no such forecast"}})
         if body["method"] == "SendMessage":
             result: dict[str, Any] = {"task": task("TASK_STATE_WORKING", [])}
         elif calls.count("GetTask") < 3:
@@ -172,3 +183,13 @@ def test_a_payload_of_parts_goes_back_to_the_same_parts() -> None:
     assert message_parts({"parts": "not a list"})[0].HasField("data")  # only the documented form is parts
     with pytest.raises(ReplyNotCarried, match="one of text, raw, url or data"):
         message_parts({"parts": [{"nothing": 1}]})
+
+
+async def test_a_json_rpc_error_is_a_handler_error_named_after_it() -> None:
+    async with slow_answering_agent(refuse=True) as (url, calls), Mesh("inproc") as mesh:
+        node = await mesh.node()
+        async with zmesh.a2a.remote(node, "picky", url):
+            with pytest.raises(zmesh.HandlerError) as refused:
+                await node.agent("caller").request("picky", "forecast", "x", timeout=10)
+        assert refused.value.remote_type == "InvalidParamsError" and "no such forecast" in refused.value.remote_message
+        assert refused.value.agent == "picky" and calls == ["SendMessage"]
