@@ -70,7 +70,8 @@ class Weather(AgentExecutor):
         updater = TaskUpdater(event_queue, task_id, context_id)
         await updater.start_work()
         if text == "fail":
-            await updater.failed(Message(role=Role.ROLE_AGENT, message_id=f"{task_id}-f", parts=[Part(text="it broke")]))
+            await updater.failed(Message(role=Role.ROLE_AGENT, message_id=f"{task_id}-f",
+                                         parts=[Part(text="it broke")]))
             return
         try:
             for i in range(1 if text == "wait" else 3):

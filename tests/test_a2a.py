@@ -360,6 +360,31 @@ async def test_bad_json_rpc_gets_a_json_rpc_error_and_the_server_goes_on() -> No
         assert reply.message.parts[0].text == "still here"
 
 
+async def test_a_body_over_max_body_is_refused_before_it_is_read_whole() -> None:
+    async with gateway(max_body=1000) as (server, far, http):
+        b = far.agent("b", capabilities=("echo",))
+        b.add_handler("echo", lambda msg: msg.payload)
+        await wait_served(server, "b")
+        big = text_message("x" * 2000)
+        from google.protobuf.json_format import MessageToJson
+        body = ('{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": ' + MessageToJson(big) + "}").encode()
+        refused = await http.post(f"{server.url}/b/", content=body, headers={"Content-Type": "application/json"})
+        assert refused.status_code == 413 and "over 1000 bytes" in refused.json()["error"]
+
+        async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: counted as it comes
+            for i in range(0, len(body), 500):
+                yield body[i:i + 500]
+
+        refused = await http.post(f"{server.url}/b/", content=chunked(), headers={"Content-Type": "application/json"})
+        assert refused.status_code == 200 and refused.json()["error"]["message"] == "Payload too large"
+        assert server.stats()["too_large"] == 2
+        client = await client_for(server, "b", http, streaming=False)
+        [reply] = await responses(client, text_message("small"))
+        assert reply.message.parts[0].text == "small"
+        assert server.max_body == 1000
+        assert zmesh.a2a.serve(far).max_body == 4 * far.max_payload
+
+
 async def test_an_agent_keeps_the_last_tasks_that_ended() -> None:
     async with gateway(keep_tasks=2) as (server, far, http):
         w = far.agent("w", capabilities=("write",))

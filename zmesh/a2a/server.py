@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
     from starlette.requests import Request
     from starlette.responses import Response
-    from starlette.types import ASGIApp, Receive, Scope, Send
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from ._handler import MeshRequestHandler
     from ._store import BoundedTaskStore
@@ -40,6 +40,9 @@ log = logging.getLogger("zmesh.a2a")
 DEFAULT_TIMEOUT = 300.0
 #: Tasks that ended each agent's server keeps for GetTask, unless ``serve(keep_tasks=...)`` says otherwise.
 DEFAULT_KEEP_TASKS = 1000
+#: The largest request body taken, as a multiple of the node's ``max_payload`` (a bigger one could not
+#: become a mesh payload anyway), unless ``serve(max_body=...)`` says otherwise.
+BODY_PER_PAYLOAD = 4
 _START_TIMEOUT = 10.0
 
 
@@ -63,6 +66,44 @@ class _BearerToken:
                 await refusal(scope, receive, send)
                 return
         await self._app(scope, receive, send)
+
+
+class _BodyLimit:
+    """ASGI middleware: a request body beyond ``limit`` bytes gets 413 (by its
+    Content-Length), or a JSON-RPC "Payload too large" error (a chunked one)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self._app = app
+        self._limit = limit
+        self.refused = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > self._limit:
+            from starlette.responses import JSONResponse
+
+            self.refused += 1
+            await JSONResponse({"error": f"the request body is over {self._limit} bytes"}, status_code=413)(
+                scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self._limit:
+                    from starlette.exceptions import HTTPException
+
+                    self.refused += 1
+                    raise HTTPException(413)  # the SDK answers it as a JSON-RPC error
+            return message
+
+        await self._app(scope, counted, send)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -92,23 +133,27 @@ class A2AServer:
     <token>`` on every request (needed to listen beyond loopback). ``url``:
     the base URL cards give (behind a proxy). ``timeout``: seconds a request
     or a whole stream may take on the mesh. ``keep_tasks``: tasks that ended
-    each agent keeps for GetTask. ``agent_id``: the gateway's own agent.
+    each agent keeps for GetTask. ``max_body``: the largest request body in
+    bytes (default 4 x the node's ``max_payload``). ``agent_id``: the gateway's own agent.
     """
 
     def __init__(self, node: Node, host: str = "127.0.0.1", port: int = 0, *, token: str | None = None,
                  url: str | None = None, timeout: float = DEFAULT_TIMEOUT, keep_tasks: int = DEFAULT_KEEP_TASKS,
-                 agent_id: str | None = None) -> None:
+                 max_body: int | None = None, agent_id: str | None = None) -> None:
         check_listen(host, token)
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise A2ASetupError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if not (isinstance(keep_tasks, int) and keep_tasks >= 0):
             raise A2ASetupError(f"keep_tasks must be 0 or more, got {keep_tasks!r}")
+        if max_body is not None and not (isinstance(max_body, int) and max_body > 0):
+            raise A2ASetupError(f"max_body must be a positive number of bytes, got {max_body!r}")
         require_sdk()
         self.node = node
         self.host = host
         self.token = token
         self.timeout = float(timeout)
         self.keep_tasks = keep_tasks
+        self.max_body = max_body if max_body is not None else BODY_PER_PAYLOAD * node.max_payload
         #: The gateway's own agent id: every mesh request comes from it (it is not served).
         self.agent_id = agent_id or f"a2a-gateway-{os.getpid()}"
         self._port = port
@@ -116,6 +161,7 @@ class A2AServer:
         self._handlers: dict[str, tuple[MeshRequestHandler, JsonRpcDispatcher, BoundedTaskStore]] = {}
         self._forgotten = 0  # tasks of handlers closed already
         self._guard: _BearerToken | None = None
+        self._limit: _BodyLimit | None = None
         self._sock: socket.socket | None = None
         self._server: Any = None
         self._serving: asyncio.Task[None] | None = None
@@ -173,10 +219,12 @@ class A2AServer:
 
     def stats(self) -> dict[str, int]:
         """``agents_called``: agents that got an A2A request; ``tasks_forgotten``: ended
-        tasks let go beyond ``keep_tasks``; ``unauthorized``: requests refused (401)."""
+        tasks let go beyond ``keep_tasks``; ``unauthorized``: requests refused (401);
+        ``too_large``: request bodies refused beyond ``max_body``."""
         return {"agents_called": len(self._handlers),
                 "tasks_forgotten": self._forgotten + sum(store.forgotten for _, _, store in self._handlers.values()),
-                "unauthorized": self._guard.refused if self._guard is not None else 0}
+                "unauthorized": self._guard.refused if self._guard is not None else 0,
+                "too_large": self._limit.refused if self._limit is not None else 0}
 
     # -- HTTP --------------------------------------------------------------
 
@@ -216,9 +264,10 @@ class A2AServer:
             Route("/{agent_id}/", rpc, methods=["POST"]),
             Route("/{agent_id}", rpc, methods=["POST"]),
         ])
+        self._limit = _BodyLimit(app, self.max_body)
         if self.token is None:
-            return app
-        self._guard = _BearerToken(app, self.token)
+            return self._limit
+        self._guard = _BearerToken(self._limit, self.token)  # the token first: a stranger's body is not read
         return self._guard
 
     # -- life --------------------------------------------------------------
@@ -280,5 +329,6 @@ class A2AServer:
 def serve(node: Node, host: str = "127.0.0.1", port: int = 0, **options: Any) -> A2AServer:
     """The mesh agents ``node`` sees, as A2A agents on ``http://host:port/<agent_id>/``:
     ``async with zmesh.a2a.serve(node) as server: ... server.port``.
-    Options: ``token``, ``url``, ``timeout``, ``keep_tasks``, ``agent_id`` (see :class:`A2AServer`)."""
+    Options: ``token``, ``url``, ``timeout``, ``keep_tasks``, ``max_body``, ``agent_id``
+    (see :class:`A2AServer`)."""
     return A2AServer(node, host, port, **options)

@@ -48,6 +48,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                              f"(default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--keep-tasks", type=int, default=DEFAULT_KEEP_TASKS,
                         help=f"tasks that ended each agent keeps for GetTask (default {DEFAULT_KEEP_TASKS})")
+    parser.add_argument("--max-body", type=int, default=None, metavar="BYTES",
+                        help="the largest request body taken (default 4 x the node's max payload, 4 MiB)")
     parser.add_argument("--remote", action="append", default=[], metavar="NAME=URL",
                         help="also make the A2A agent at URL mesh agent NAME (its card read at start; repeatable)")
     parser.add_argument("--remote-token", default=os.environ.get("ZMESH_A2A_REMOTE_TOKEN"),
@@ -68,7 +70,7 @@ async def a2a_gateway(args: argparse.Namespace) -> int:
         from ...a2a import remote, serve
 
         server = serve(node, host, port, token=args.token, url=args.url, timeout=args.timeout,
-                       keep_tasks=args.keep_tasks, agent_id=name)
+                       keep_tasks=args.keep_tasks, max_body=args.max_body, agent_id=name)
         stand_ins = [remote(node, agent, url, token=args.remote_token, timeout=args.timeout)
                      for agent, url in remotes.items()]
     except (A2ASetupError, ValueError) as exc:
