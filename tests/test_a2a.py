@@ -222,6 +222,24 @@ async def test_a_text_message_is_a_mesh_request_and_its_reply_an_agent_message()
         assert MessageToDict(reply.message.parts[0].data) == {"n": 3, "of": "x"}
 
 
+async def test_agent_ids_a_url_must_quote_are_served_too() -> None:
+    async with gateway() as (server, far, http):
+        odd = ("team/a", "a?b#c", "ü-agent", "50%off")
+        for agent_id in odd:
+            echo = far.agent(agent_id, capabilities=("echo",))
+            echo.add_handler("echo", lambda msg, me=agent_id: f"{me}:{msg.payload}")
+        for agent_id in odd:
+            await wait_served(server, agent_id)
+        cards = {c["name"]: c for c in (await http.get(f"{server.url}/")).json()}
+        for agent_id in odd:
+            url = cards[agent_id]["supportedInterfaces"][0]["url"]
+            assert (await http.get(url + ".well-known/agent-card.json")).json()["name"] == agent_id
+            client = await client_for(server, url.removeprefix(server.url + "/").removesuffix("/"), http,
+                                      streaming=False)
+            [reply] = await responses(client, text_message("hi"))
+            assert reply.message.parts[0].text == f"{agent_id}:hi"
+
+
 async def test_parts_other_than_text_arrive_as_a_dict_of_parts() -> None:
     async with gateway() as (server, far, http):
         seen: list[Any] = []

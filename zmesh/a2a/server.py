@@ -260,9 +260,10 @@ class A2AServer:
 
         app: ASGIApp = Starlette(routes=[
             Route("/", cards, methods=["GET"]),
-            Route("/{agent_id}/.well-known/agent-card.json", card, methods=["GET"]),
-            Route("/{agent_id}/", rpc, methods=["POST"]),
-            Route("/{agent_id}", rpc, methods=["POST"]),
+            # ":path": an agent id may hold a "/" (its URL quotes it, but the path arrives unquoted)
+            Route("/{agent_id:path}/.well-known/agent-card.json", card, methods=["GET"]),
+            Route("/{agent_id:path}/", rpc, methods=["POST"]),
+            Route("/{agent_id:path}", rpc, methods=["POST"]),
         ])
         self._limit = _BodyLimit(app, self.max_body)
         if self.token is None:
