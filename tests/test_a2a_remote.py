@@ -193,3 +193,12 @@ async def test_a_json_rpc_error_is_a_handler_error_named_after_it() -> None:
                 await node.agent("caller").request("picky", "forecast", "x", timeout=10)
         assert refused.value.remote_type == "InvalidParamsError" and "no such forecast" in refused.value.remote_message
         assert refused.value.agent == "picky" and calls == ["SendMessage"]
+
+
+async def test_a_stream_to_an_agent_without_streaming_is_its_answer_as_one_chunk() -> None:
+    async with slow_answering_agent() as (url, calls), Mesh("inproc") as mesh:
+        node = await mesh.node()
+        async with zmesh.a2a.remote(node, "slow", url):
+            stream = node.agent("caller").stream("slow", "forecast", "x", timeout=10)
+            assert [chunk async for chunk in stream] == ["later"]  # read to its end
+        assert calls == ["SendMessage", "GetTask", "GetTask", "GetTask"]  # its card says no streaming

@@ -200,35 +200,47 @@ class RemoteAgent:
     # -- a mesh stream -------------------------------------------------------
 
     async def _stream(self, msg: MeshMessage) -> AsyncIterator[Any]:
+        """Each artifact update a chunk. An agent without streaming answers with one
+        message or task instead: that is the one chunk (a task still working, once it ends)."""
         from a2a.types.a2a_pb2 import TaskState
 
         from ._parts import payload_of, payload_of_parts
 
         assert self._streams is not None
+        deadline = time.monotonic() + self._deadline(msg)
+        task: Task | None = None
         task_id = ""
+        chunks = 0
         ended = False
         try:
             async with contextlib.aclosing(self._mapped(self._streams.send_message(self._request(msg)))) as events:
                 async for event in events:
                     kind = event.WhichOneof("payload")
+                    task_id = task_id or _task_id(event)
                     if kind == "message":
                         ended = True
                         yield payload_of(event.message)
                         return
-                    if kind == "task":
-                        task_id = event.task.id
-                        state, said = event.task.status.state, event.task.status
-                    elif kind == "status_update":
-                        task_id = task_id or event.status_update.task_id
-                        state, said = event.status_update.status.state, event.status_update.status
-                    else:
-                        task_id = task_id or event.artifact_update.task_id
+                    if kind == "artifact_update":
+                        chunks += 1
                         yield payload_of_parts(event.artifact_update.artifact.parts)
                         continue
-                    if state not in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING):
+                    if kind == "task":
+                        task = event.task
+                        status = task.status
+                    else:
+                        status = event.status_update.status
+                    if status.state not in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING):
                         ended = True
-                        self._raise_unless_completed(state, said.message if said.HasField("message") else None, task_id)
+                        self._raise_unless_completed(status.state, status.message if status.HasField("message")
+                                                     else None, task_id)
+                        if chunks == 0 and task is not None and task.artifacts:
+                            yield await self._outcome(task, deadline)  # a whole task, not streamed
                         return
+            if task is not None and chunks == 0:
+                reply = await self._outcome(task, deadline)
+                ended = True
+                yield reply
             ended = True
         finally:
             if not ended and task_id:
@@ -287,6 +299,17 @@ class RemoteAgent:
         if isinstance(exc.__cause__, httpx.RequestError) or "Network communication error" in str(exc):
             return PeerLost(f"the A2A agent at {self.url} cannot be reached: {exc}")
         return HandlerError(type(exc).__name__, str(exc), agent=self.name)
+
+
+def _task_id(event: StreamResponse) -> str:
+    kind = event.WhichOneof("payload")
+    if kind == "task":
+        return event.task.id
+    if kind == "status_update":
+        return event.status_update.task_id
+    if kind == "artifact_update":
+        return event.artifact_update.task_id
+    return ""
 
 
 def remote(node: Node, name: str, url: str, **options: Any) -> RemoteAgent:
