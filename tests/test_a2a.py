@@ -501,6 +501,31 @@ async def test_a_response_does_not_wait_for_the_clients_delayed_ack() -> None:
         assert sorted(took)[5] < 0.025, f"median {sorted(took)[5] * 1e3:.1f} ms: waited for a delayed ACK"
 
 
+async def test_closing_the_gateway_mid_stream_cancels_the_mesh_request() -> None:
+    async with Mesh("zmq") as mesh:
+        near, far = await mesh.node(), await mesh.node()
+        w = far.agent("w", capabilities=("write",))
+        waiter = Waiter(first=1)
+        w.add_handler("write", waiter)
+        await mesh.converged()
+        server = await zmesh.a2a.serve(near).start()
+        async with httpx.AsyncClient(timeout=20) as http:
+            await wait_served(server, "w")
+            client = await client_for(server, "w", http, streaming=True)
+            events: list[StreamResponse] = []
+
+            async def read() -> None:
+                async for event in client.send_message(text_message("go")):
+                    events.append(event)
+
+            reading = asyncio.ensure_future(read())
+            await wait_for(lambda: any(e.HasField("artifact_update") for e in events), 10, "the first chunk")
+            await asyncio.wait_for(server.close(), 10)  # an open SSE stream does not hold it up
+            await asyncio.wait_for(waiter.cancelled.wait(), 10)
+            await asyncio.wait_for(asyncio.gather(reading, return_exceptions=True), 10)
+        assert server.agent_id not in near.agents
+
+
 # -- the bearer token ---------------------------------------------------------
 
 

@@ -57,6 +57,7 @@ class MeshRequestHandler(DefaultRequestHandler):
         self._agent_id = agent_id
         self._lookup = lookup
         self._cancels: set[asyncio.Task[Any]] = set()
+        self._closing = False  # aclose() cancels every task itself
 
     def _check(self, params: SendMessageRequest) -> None:
         agent = self._lookup(self._agent_id)
@@ -83,7 +84,7 @@ class MeshRequestHandler(DefaultRequestHandler):
             # A stream ends with a final event. Without one, its client left: this generator was closed,
             # or cancelled, which the SDK's own stream takes for its end (it returns). Cancel from a task
             # of its own, which awaiting here could not finish.
-            if not ended and task_id:
+            if not ended and task_id and not self._closing:
                 cancel = asyncio.ensure_future(self._cancel_left(task_id, context))
                 self._cancels.add(cancel)
                 cancel.add_done_callback(self._cancels.discard)
@@ -93,9 +94,12 @@ class MeshRequestHandler(DefaultRequestHandler):
             await self.on_cancel_task(CancelTaskRequest(id=task_id), context)
         except A2AError as exc:  # it ended meanwhile
             log.debug("zmesh.a2a: task %s of a closed stream was not cancelled: %s", task_id, exc)
+        except Exception:  # the SDK's own trouble: say so, and let the other cancels go on
+            log.exception("zmesh.a2a: cancelling task %s of a closed stream failed", task_id)
 
     async def aclose(self) -> None:
         """Wait for the cancels of streams their clients left, then drain the SDK's tasks."""
+        self._closing = True
         if self._cancels:
             await asyncio.gather(*self._cancels, return_exceptions=True)
         await super().aclose()

@@ -29,10 +29,11 @@ if TYPE_CHECKING:
     from starlette.responses import Response
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+    from ..agent import Agent
     from ._handler import MeshRequestHandler
     from ._store import BoundedTaskStore
 
-__all__ = ["DEFAULT_KEEP_TASKS", "DEFAULT_TIMEOUT", "A2AServer", "serve"]
+__all__ = ["BODY_PER_PAYLOAD", "DEFAULT_KEEP_TASKS", "DEFAULT_TIMEOUT", "A2AServer", "serve"]
 
 log = logging.getLogger("zmesh.a2a")
 
@@ -165,7 +166,7 @@ class A2AServer:
         self._sock: socket.socket | None = None
         self._server: Any = None
         self._serving: asyncio.Task[None] | None = None
-        self._agent: Any = None
+        self._agent: Agent | None = None
 
     @property
     def port(self) -> int:
@@ -209,6 +210,7 @@ class A2AServer:
             from ._handler import MeshRequestHandler
             from ._store import BoundedTaskStore
 
+            assert self._agent is not None  # requests come only once started
             store = BoundedTaskStore(self.keep_tasks)
             handler = MeshRequestHandler(
                 agent.agent_id, self.lookup,
