@@ -87,14 +87,13 @@ class Weather(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
 
 
-def card(url: str) -> AgentCard:
+def card(url: str, skills: tuple[str, ...] = ("forecast", "alerts")) -> AgentCard:
     return AgentCard(
         name="weather", description="tells the weather", version="1",
         supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")],
         capabilities=AgentCapabilities(streaming=True), default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
-        skills=[AgentSkill(id="forecast", name="forecast", description="the forecast", tags=["w"]),
-                AgentSkill(id="alerts", name="alerts", description="warnings", tags=["w"])])
+        skills=[AgentSkill(id=skill, name=skill, description=f"the {skill}", tags=["w"]) for skill in skills])
 
 
 class QuietServer(uvicorn.Server):
@@ -106,12 +105,13 @@ class QuietServer(uvicorn.Server):
 
 
 @contextlib.asynccontextmanager
-async def a2a_agent(executor: AgentExecutor) -> AsyncIterator[tuple[str, QuietServer]]:
+async def a2a_agent(executor: AgentExecutor,
+                    skills: tuple[str, ...] = ("forecast", "alerts")) -> AsyncIterator[tuple[str, QuietServer]]:
     """The executor served by the a2a-sdk on 127.0.0.1 (a free port): yields its URL and server."""
     sock = loopback_socket()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card(url))
-    app = Starlette(routes=[*create_agent_card_routes(card(url)), *create_jsonrpc_routes(handler, "/")])
+    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card(url, skills))
+    app = Starlette(routes=[*create_agent_card_routes(card(url, skills)), *create_jsonrpc_routes(handler, "/")])
     server = QuietServer(uvicorn.Config(app, lifespan="off", log_config=None, access_log=False,
                                     timeout_graceful_shutdown=2))
     serving = asyncio.ensure_future(server.serve(sockets=[sock]))

@@ -61,6 +61,20 @@ async def test_a_mesh_request_is_a_send_message_naming_its_skill() -> None:
             await caller.request("weather", "tides", "x", timeout=10)
 
 
+async def test_skills_the_mesh_cannot_take_as_they_are_are_left_out_or_reached_by_message(
+        caplog: pytest.LogCaptureFixture) -> None:
+    weather = Weather()
+    async with a2a_agent(weather, skills=("forecast", "forecast", "", "message", "two words")) as (url, _), \
+            Mesh("inproc") as mesh:
+        node = await mesh.node()
+        async with zmesh.a2a.remote(node, "odd", url):
+            assert node.registry.agents()["odd"].capabilities == ("forecast", "message", "two words")
+            assert "skill 'two words'" in caplog.text and "is not a mesh topic" in caplog.text
+            caller = node.agent("caller")
+            assert (await caller.request("odd", "forecast", "a", timeout=10)).payload == "forecast:A"
+            assert (await caller.request("odd", "message", "b", timeout=10)).payload == ":B"
+
+
 async def test_a_one_way_send_reaches_the_a2a_agent() -> None:
     weather = Weather()
     async with bridged(weather) as (caller, _, _):

@@ -68,7 +68,10 @@ class RemoteAgent:
 
     @property
     def skills(self) -> tuple[str, ...]:
-        return tuple(skill.id for skill in self.card.skills) if self.card is not None else ()
+        """The card's skill ids (each once, empty ones left out): the mesh agent's capabilities."""
+        if self.card is None:
+            return ()
+        return tuple(dict.fromkeys(skill.id for skill in self.card.skills if skill.id))
 
     async def start(self) -> RemoteAgent:
         """Read the card and register the mesh agent (A2ASetupError when the card cannot be read)."""
@@ -97,7 +100,7 @@ class RemoteAgent:
         except BaseException:
             await self.close()
             raise
-        for topic in (*self.skills, MESSAGE_TOPIC):
+        for topic in dict.fromkeys((*self.skills, MESSAGE_TOPIC)):
             try:
                 self.agent.add_handler(topic, self._handle)
             except ZmeshError as exc:  # a skill id that is no mesh topic: callable through MESSAGE_TOPIC only
