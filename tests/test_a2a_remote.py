@@ -216,3 +216,39 @@ async def test_a_stream_to_an_agent_without_streaming_is_its_answer_as_one_chunk
             stream = node.agent("caller").stream("slow", "forecast", "x", timeout=10)
             assert [chunk async for chunk in stream] == ["later"]  # read to its end
         assert calls == ["SendMessage", "GetTask", "GetTask", "GetTask"]  # its card says no streaming
+
+
+async def test_two_meshes_through_a2a_both_ways_stream_and_cancel_end_to_end() -> None:
+    """Mesh A's agent served over A2A, and on mesh B a remote stand-in for it: a stream and
+    its cancel cross both gateways, down to the handler on mesh A."""
+    async with Mesh("zmq") as mesh_a, Mesh("inproc") as mesh_b:
+        served_node = await mesh_a.node()
+        writer = served_node.agent("writer", capabilities=("write",), meta={"description": "writes"})
+        stopped = asyncio.Event()
+
+        @writer.on("write")
+        async def write(msg: zmesh.Message) -> AsyncIterator[str]:
+            for word in str(msg.payload).split():
+                yield word
+            if msg.payload == "then wait":
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    stopped.set()
+                    raise
+
+        async with zmesh.a2a.serve(served_node) as server:
+            await wait_for(lambda: server.lookup("writer") is not None, 10, "the gateway to see 'writer'")
+            node_b = await mesh_b.node()
+            async with zmesh.a2a.remote(node_b, "far-writer", f"{server.url}/writer/"):
+                caller = node_b.agent("caller")
+                assert node_b.registry.agents()["far-writer"].meta["description"] == "writes"
+                stream = caller.stream("far-writer", "write", "one two three", timeout=10)
+                assert [chunk async for chunk in stream] == ["one", "two", "three"]
+                reply = await caller.request("far-writer", "write", "just this", timeout=10)
+                assert reply.payload == {"parts": [{"data": ["just", "this"]}]}  # a request gets a stream's list
+                async with caller.stream("far-writer", "write", "then wait", timeout=20) as chunks:
+                    async for chunk in chunks:
+                        if chunk == "wait":
+                            break
+                await asyncio.wait_for(stopped.wait(), 10)

@@ -65,6 +65,7 @@ class RemoteAgent:
         self._http: httpx.AsyncClient | None = None
         self._calls: Client | None = None
         self._streams: Client | None = None
+        self._cancels: set[asyncio.Future[None]] = set()
 
     @property
     def skills(self) -> tuple[str, ...]:
@@ -110,9 +111,12 @@ class RemoteAgent:
         return self
 
     async def close(self) -> None:
+        """Unregister the mesh agent, let the A2A tasks being cancelled be, and close the connections."""
         if self.agent is not None:
             agent, self.agent = self.agent, None
             await agent.close()
+        if self._cancels:
+            await asyncio.gather(*self._cancels, return_exceptions=True)
         for client in (self._calls, self._streams):
             if client is not None:
                 await client.close()
@@ -247,8 +251,12 @@ class RemoteAgent:
             ended = True
         finally:
             if not ended and task_id:
-                # The mesh reader left (a cancel, a timeout) or the connection broke: cancel the A2A task.
-                await asyncio.shield(self._cancel(task_id))
+                # The mesh reader left (a cancel, a timeout) or the connection broke: cancel the A2A task,
+                # from a task of its own that close() waits for (this one may be cancelled again meanwhile).
+                cancel = asyncio.ensure_future(self._cancel(task_id))
+                self._cancels.add(cancel)
+                cancel.add_done_callback(self._cancels.discard)
+                await asyncio.shield(cancel)
 
     async def _cancel(self, task_id: str) -> None:
         from a2a.client import A2AClientError
