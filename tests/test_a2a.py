@@ -489,7 +489,7 @@ async def test_a_client_that_closes_the_stream_cancels_the_mesh_request() -> Non
 
 async def test_a_response_does_not_wait_for_the_clients_delayed_ack() -> None:
     """Nagle's algorithm on the server's sockets holds a response's body until the client ACKs
-    its headers, ~40 ms later: with it off, a card on a kept-alive connection comes in about 1 ms."""
+    its headers, 40 ms or more later (Linux's least delayed ACK): with it off, a card comes in about 1 ms."""
     async with gateway() as (server, far, http):
         far.agent("b", capabilities=("echo",))
         await wait_served(server, "b")
@@ -498,7 +498,7 @@ async def test_a_response_does_not_wait_for_the_clients_delayed_ack() -> None:
             start = time.perf_counter()
             assert (await http.get(f"{server.url}/b/.well-known/agent-card.json")).status_code == 200
             took.append(time.perf_counter() - start)
-        assert sorted(took)[5] < 0.025, f"median {sorted(took)[5] * 1e3:.1f} ms: waited for a delayed ACK"
+        assert sorted(took)[5] < 0.03, f"median {sorted(took)[5] * 1e3:.1f} ms: waited for a delayed ACK"
 
 
 async def test_closing_the_gateway_mid_stream_cancels_the_mesh_request() -> None:
