@@ -110,7 +110,8 @@ async def a2a_agent(executor: AgentExecutor,
     """The executor served by the a2a-sdk on 127.0.0.1 (a free port): yields its URL and server."""
     sock = loopback_socket()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card(url, skills))
+    handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(),
+                                    agent_card=card(url, skills))
     app = Starlette(routes=[*create_agent_card_routes(card(url, skills)), *create_jsonrpc_routes(handler, "/")])
     server = QuietServer(uvicorn.Config(app, lifespan="off", log_config=None, access_log=False,
                                     timeout_graceful_shutdown=2))
