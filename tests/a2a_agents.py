@@ -49,6 +49,7 @@ class Weather(AgentExecutor):
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, Any]] = []
+        self.waiting = asyncio.Event()
         self.stopped = asyncio.Event()
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -77,6 +78,7 @@ class Weather(AgentExecutor):
             for i in range(1 if text == "wait" else 3):
                 await updater.add_artifact([Part(text=f"{text}{i}")], artifact_id="a", append=i > 0)
             if text == "wait":
+                self.waiting.set()
                 await asyncio.Event().wait()
         except asyncio.CancelledError:
             self.stopped.set()

@@ -109,6 +109,17 @@ async def test_cancelling_a_mesh_stream_cancels_the_a2a_task() -> None:
         await asyncio.wait_for(weather.stopped.wait(), 10)
 
 
+async def test_cancelling_a_mesh_request_cancels_the_a2a_task_found_by_its_context() -> None:
+    weather = Weather()
+    async with bridged(weather) as (caller, _, _):
+        asking = asyncio.ensure_future(caller.request("weather", "forecast", "wait", timeout=20))
+        await asyncio.wait_for(weather.waiting.wait(), 10)  # its task works, SendMessage has not answered
+        asking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asking
+        await asyncio.wait_for(weather.stopped.wait(), 10)
+
+
 async def test_an_agent_that_cannot_be_reached_is_peer_lost() -> None:
     async with bridged(Weather()) as (caller, _, server):
         server.should_exit = True  # the A2A agent goes away; the mesh agent stays

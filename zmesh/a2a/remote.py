@@ -5,7 +5,7 @@ reads the agent's card and registers mesh agent ``weather`` on ``node``, a
 capability per skill. A mesh request on topic ``<skill>`` becomes an A2A
 SendMessage naming that skill (topic :data:`MESSAGE_TOPIC` names none); a
 mesh ``stream`` becomes SendStreamingMessage, each artifact update a chunk;
-cancelling the stream cancels the A2A task (CancelTask). A task that FAILED
+cancelling the stream or the request cancels the A2A task (CancelTask). A task that FAILED
 is a HandlerError for the requester, an agent it cannot reach a PeerLost.
 See docs/ecosystem.md.
 """
@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from .._runtime.streams import is_stream_id
@@ -41,6 +41,7 @@ log = logging.getLogger("zmesh.a2a")
 MESSAGE_TOPIC = "message"
 _DEFAULT_TIMEOUT = 300.0
 _CANCEL_TIMEOUT = 5.0
+_CONTEXT_LOOKS = 5  # ListTasks tries for a cancelled request's task: 20, 40, 80 and 160 ms apart
 
 
 class RemoteAgent:
@@ -140,7 +141,9 @@ class RemoteAgent:
 
         from ._parts import message_parts
 
-        message = Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=message_parts(msg.payload))
+        # A context of its own: a request cancelled before SendMessage answers finds its task by it.
+        message = Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), context_id=f"zmesh-{uuid.uuid4()}",
+                          parts=message_parts(msg.payload))
         if msg.topic != MESSAGE_TOPIC:
             message.metadata.CopyFrom(ParseDict({SKILL_KEY: msg.topic}, Struct()))
         return SendMessageRequest(message=message)
@@ -165,14 +168,54 @@ class RemoteAgent:
         assert self._calls is not None
         request = self._request(msg)
         task: Task | None = None
-        async with contextlib.aclosing(self._mapped(self._calls.send_message(request))) as events:
-            async for event in events:
-                if event.HasField("message"):
-                    return payload_of(event.message)
-                task = event.task
-        if task is None:
-            raise HandlerError("A2AError", "the A2A agent answered with neither a message nor a task", agent=self.name)
-        return await self._outcome(task, time.monotonic() + self._deadline(msg))
+        try:
+            async with contextlib.aclosing(self._mapped(self._calls.send_message(request))) as events:
+                async for event in events:
+                    if event.HasField("message"):
+                        return payload_of(event.message)
+                    task = event.task
+            if task is None:
+                raise HandlerError("A2AError", "the A2A agent answered with neither a message nor a task",
+                                   agent=self.name)
+            return await self._outcome(task, time.monotonic() + self._deadline(msg))
+        except asyncio.CancelledError:
+            # The requester gave up (a cancel, its timeout): cancel the task, found by id or by its context.
+            self._in_background(self._cancel(task.id) if task is not None
+                                else self._cancel_context(request.message.context_id))
+            raise
+
+    def _in_background(self, cancel: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+        """Run a cancel in a task of its own, which close() waits for."""
+        running = asyncio.ensure_future(cancel)
+        self._cancels.add(running)
+        running.add_done_callback(self._cancels.discard)
+        return running
+
+    async def _cancel_context(self, context_id: str) -> None:
+        """Cancel the tasks of a context that have not ended (a request's, whose task id never came)."""
+        from a2a.client import A2AClientError
+        from a2a.types.a2a_pb2 import ListTasksRequest, TaskState
+        from a2a.utils.errors import A2AError
+
+        pause = 0.02
+        for _ in range(_CONTEXT_LOOKS):  # a cancel soon after the request may come before its task is made
+            if self._calls is None:
+                return
+            try:
+                found = await asyncio.wait_for(self._calls.list_tasks(ListTasksRequest(context_id=context_id)),
+                                               _CANCEL_TIMEOUT)
+            except (A2AClientError, A2AError, asyncio.TimeoutError) as exc:
+                log.info("zmesh.a2a: finding the task of context %s at %s to cancel it: %s", context_id, self.url,
+                         exc)
+                return
+            running = [task.id for task in found.tasks
+                       if task.status.state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)]
+            for task_id in running:
+                await self._cancel(task_id)
+            if found.tasks:
+                return
+            await asyncio.sleep(pause)
+            pause *= 2
 
     async def _outcome(self, task: Task, deadline: float) -> Any:
         """The reply a task gives: its artifacts' parts when COMPLETED (GetTask until then)."""
@@ -253,10 +296,7 @@ class RemoteAgent:
             if not ended and task_id:
                 # The mesh reader left (a cancel, a timeout) or the connection broke: cancel the A2A task,
                 # from a task of its own that close() waits for (this one may be cancelled again meanwhile).
-                cancel = asyncio.ensure_future(self._cancel(task_id))
-                self._cancels.add(cancel)
-                cancel.add_done_callback(self._cancels.discard)
-                await asyncio.shield(cancel)
+                await asyncio.shield(self._in_background(self._cancel(task_id)))
 
     async def _cancel(self, task_id: str) -> None:
         from a2a.client import A2AClientError
