@@ -59,3 +59,14 @@ def test_the_mcp_bench_times_every_path() -> None:
     assert len(rounds) == 2 and all(float(x) > 0 for r in rounds for x in r), run.stdout
     for path in ("mcp-memory", "mcp-stdio", "mcp-http"):
         assert re.search(rf"^{path} / mesh: \d+\.\d\dx \[\d+\.\d\d\.\.\d+\.\d\d\]$", run.stdout, re.MULTILINE), run.stdout
+
+
+def test_the_a2a_bench_times_both_paths() -> None:
+    pytest.importorskip("a2a.client", reason="the A2A bench needs a2a-sdk: pip install 'zmesh-agents[a2a]'")
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run([sys.executable, "-m", "bench.a2a_latency", "--rounds", "2", "-n", "30"], cwd=root,
+                         capture_output=True, text=True, timeout=50, check=False)
+    assert run.returncode == 0, run.stderr
+    rounds = re.findall(r"^round \d: mesh p50 (\d+) p99 \d+ us; a2a p50 (\d+) p99 \d+ us$", run.stdout, re.MULTILINE)
+    assert len(rounds) == 2 and all(float(x) > 0 for r in rounds for x in r), run.stdout
+    assert re.search(r"^a2a / mesh: \d+\.\dx \[\d+\.\d\.\.\d+\.\d\]$", run.stdout, re.MULTILINE), run.stdout

@@ -38,6 +38,8 @@ DISTRIBUTIONS_OF = {
     "opentelemetry": {"opentelemetry-api", "opentelemetry-sdk"},  # a namespace package
     "nats": {"nats-py"},
     "paho": {"paho-mqtt"},  # a namespace package: Python 3.10's packages_distributions() misses it
+    "a2a": {"a2a-sdk"},
+    "google": {"protobuf"},  # google.protobuf, in the namespace package google
 }
 
 OLDEST, NEWEST = (3, 10), (3, 13)

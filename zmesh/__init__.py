@@ -52,8 +52,10 @@ The public surface is what ``zmesh.__all__`` names, plus :mod:`zmesh.sync`
 (the blocking twin), :mod:`zmesh.transport` (the transport interface for
 writing your own), :mod:`zmesh.gateway` (one mesh's agents reachable from
 another's), :mod:`zmesh.mcp` (the mesh's capabilities as MCP tools),
+:mod:`zmesh.a2a` (mesh agents as A2A agents, and back),
 :mod:`zmesh.security` (keys and trust, see docs/security.md) and the
-command lines ``zmesh`` and ``python -m zmesh.sim``. Everything else is internal and may change between releases:
+command lines ``zmesh`` and ``python -m zmesh.sim``. Everything else is
+internal and may change between releases:
 the private packages (``_wire``, the wire format; ``_engine``, the protocol
 engine; ``_runtime``, the asyncio runtime; ``_tracing``; ``_tools``, the
 command lines), :mod:`zmesh.discovery` but for what its ``__all__`` names, and

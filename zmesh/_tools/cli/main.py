@@ -11,6 +11,7 @@
     zmesh ga-bridge --root ROOT [--spawn]           a GenericAgent checkout's sub-agents as mesh agents
     zmesh gateway --mesh lab --to nats://H:P        this mesh's agents reachable from a NATS mesh, and back
     zmesh mcp     --mesh lab [--http H:P]           the mesh's capabilities as MCP tools (stdio, or HTTP)
+    zmesh a2a-gateway --mesh lab --listen H:P       this mesh's agents as A2A agents over HTTP (--remote: and back)
 
 PAYLOAD is strict JSON, ``--raw TEXT`` (TEXT as a plain string) or
 ``--null`` (no payload); leaving it out is a usage error. Without
@@ -39,7 +40,7 @@ from typing import Any, Callable, Coroutine, Sequence
 from ... import __version__
 from ...errors import InvalidMessage, ZmeshError
 from ..top.app import RICH_MISSING, top
-from . import ga_bridge, gateway, mcp
+from . import a2a_gateway, ga_bridge, gateway, mcp
 from .commands import CLI_NODE_PREFIX, DEFAULT_REQUEST_TIMEOUT, CliError, peers, send, services, sub
 from .json_output import PayloadError, parse_payload
 from .signals import run_command
@@ -204,6 +205,16 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
                     "Needs pip install 'zmesh-agents[mcp]'. See docs/ecosystem.md.")
     _common(tools)
     mcp.add_parser(tools)
+    a2a = sub_parsers.add_parser(
+        "a2a-gateway", help="serve this mesh's agents as A2A agents over HTTP (JSON-RPC, with streaming)",
+        description="Serve every agent of the mesh as an A2A agent: http://HOST:PORT/<agent_id>/ (its card at "
+                    ".../.well-known/agent-card.json, all cards at /), a message a mesh request, a streaming "
+                    "message a mesh stream, CancelTask a cancel. Loopback unless told; beyond it only with "
+                    "--token. --remote NAME=URL makes the A2A agent at URL mesh agent NAME. Needs pip install "
+                    "'zmesh-agents[a2a]'. Prints one JSON line once up (mesh, node, agent, url, remotes), then "
+                    "runs until stopped. See docs/ecosystem.md.")
+    _common(a2a)
+    a2a_gateway.add_parser(a2a)
     for sub_parser in sub_parsers.choices.values():
         sub_parser.set_defaults(subparser=sub_parser)  # so main() can say its usage, not the top level's
     return parser, frozenset(sub_parsers.choices)
@@ -267,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     commands: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
         "peers": peers, "send": send, "request": send, "sub": sub, "top": top, "ga-bridge": ga_bridge.ga_bridge,
-        "gateway": gateway.gateway, "mcp": mcp.mcp,
+        "gateway": gateway.gateway, "mcp": mcp.mcp, "a2a-gateway": a2a_gateway.a2a_gateway,
         "services": services,
     }
     command = commands[args.command]
