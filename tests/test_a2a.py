@@ -33,6 +33,7 @@ from a2a.types.a2a_pb2 import (
     SendMessageConfiguration,
     SendMessageRequest,
     StreamResponse,
+    SubscribeToTaskRequest,
     TaskState,
 )
 from google.protobuf.json_format import MessageToDict, ParseDict
@@ -310,6 +311,41 @@ async def test_return_immediately_makes_a_task_to_poll_and_list() -> None:
         follow_up.message.task_id = submitted.task.id
         with pytest.raises(Exception, match="terminal state"):  # a zmesh request is one turn
             await responses(client, follow_up)
+
+
+async def test_subscribe_to_task_follows_a_running_task_to_its_end() -> None:
+    async with gateway() as (server, far, http):
+        b = far.agent("b", capabilities=("slow",))
+        started, go = asyncio.Event(), asyncio.Event()
+
+        async def slow(msg: zmesh.Message) -> str:
+            started.set()
+            await go.wait()
+            return f"done {msg.payload}"
+
+        b.add_handler("slow", slow)
+        await wait_served(server, "b")
+        plain = await client_for(server, "b", http, streaming=False)
+        streaming = await client_for(server, "b", http, streaming=True)
+        request = text_message("x")
+        request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
+        [submitted] = await responses(plain, request)
+        await asyncio.wait_for(started.wait(), 10)
+        seen: list[StreamResponse] = []
+
+        async def follow() -> None:
+            async for event in streaming.subscribe(SubscribeToTaskRequest(id=submitted.task.id)):
+                seen.append(event)
+
+        following = asyncio.ensure_future(follow())
+        await wait_for(lambda: bool(seen), 10, "the subscription's first event (the task as it is)")
+        assert not following.done()
+        go.set()
+        await asyncio.wait_for(following, 10)  # the stream ends with the task
+        states = [e.status_update.status.state for e in seen if e.HasField("status_update")]
+        assert states and states[-1] == TaskState.TASK_STATE_COMPLETED, seen
+        task = await plain.get_task(GetTaskRequest(id=submitted.task.id))
+        assert [p.text for p in task.artifacts[0].parts] == ["done x"]
 
 
 async def test_a_handler_error_fails_the_task_with_its_message() -> None:
