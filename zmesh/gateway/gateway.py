@@ -11,6 +11,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from .._follow import follow as follow_nodes
 from ..agent import Agent
 from ..errors import AgentExists, NodeClosed, Timeout, ZmeshError
 from ..node import Node
@@ -58,7 +59,6 @@ class Gateway:
         self._lock_id = lock_id(domain_a, domain_b)
         self._lock: Agent | None = None
         self._closing: set[asyncio.Task[None]] = set()
-        self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._unreachable_since: float | None = None
 
@@ -82,10 +82,9 @@ class Gateway:
             with contextlib.suppress(Timeout):
                 await side.node.wait_until(_joined(side.node), JOIN_WAIT, "the mesh's members")
             side.start()
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._watch(side.node)) for side in (self.a, self.b)]
         await self.sync()
-        self._tasks.append(loop.create_task(self._follow()))
+        following = follow_nodes((self.a.node, self.b.node), self._resync_interval, self._step)
+        self._tasks = [asyncio.get_running_loop().create_task(following)]
 
     @property
     def active(self) -> bool:
@@ -162,26 +161,14 @@ class Gateway:
         return {"active": self.active, **{side.domain: {"node": side.node.id, "proxies": sorted(side.proxies),
                               "bridge": side.bridge is not None, **side.counts} for side in (self.a, self.b)}}
 
-    async def _watch(self, node: Node) -> None:
-        async for _event in node.events():
-            self._changed.set()
-
-    async def _follow(self) -> None:
-        # A timer, not asyncio.wait_for: before 3.12 wait_for can swallow the cancel close() sends.
-        loop = asyncio.get_running_loop()
-        while True:
-            timer = loop.call_later(self._resync_interval, self._changed.set)
-            try:
-                await self._changed.wait()
-            finally:
-                timer.cancel()
-            self._changed.clear()
-            try:
-                await self.sync()
-            except NodeClosed:
-                return
-            except (ZmeshError, ValueError) as exc:  # e.g. a subscription refused: try again at the next look
-                log.warning("gateway: could not bring proxies up to date: %s: %s", type(exc).__name__, exc)
+    async def _step(self) -> bool:
+        try:
+            await self.sync()
+        except NodeClosed:
+            return False
+        except (ZmeshError, ValueError) as exc:  # e.g. a subscription refused: try again at the next look
+            log.warning("gateway: could not bring proxies up to date: %s: %s", type(exc).__name__, exc)
+        return True
 
 
 def _joined(node: Node) -> Callable[[], bool]:

@@ -12,8 +12,9 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from .._follow import follow as follow_nodes
 from ..agent import Agent
-from ..errors import NodeClosed, ZmeshError
+from ..errors import ZmeshError
 from ._tools import Tool, arguments_to_payload, result_text, tools_of
 
 if TYPE_CHECKING:
@@ -71,7 +72,6 @@ class MeshTools:
             on_subscriptions_listen=ListenHandler(self._bus),
         )
         self.counts = {"calls": 0, "errors": 0, "cancelled": 0, "chunks": 0}
-        self._signature: tuple[Tool, ...] = ()
 
     def tools(self) -> dict[str, Tool]:
         """The tools as the registry has them now (this server's own agent left out)."""
@@ -118,34 +118,19 @@ class MeshTools:
         """Publish ``tools_list_changed`` whenever the tools change, until cancelled."""
         from mcp.server.subscriptions import ToolsListChanged
 
-        changed = asyncio.Event()
-        loop = asyncio.get_running_loop()
+        published = tuple(self.tools().values())
 
-        async def watch() -> None:
-            async for _event in self.node.events():
-                changed.set()
+        async def step() -> bool:
+            nonlocal published
+            if self.node.closed:
+                return False
+            now = tuple(self.tools().values())
+            if now != published:
+                published = now
+                await self._bus.publish(ToolsListChanged())
+            return True
 
-        self._signature = tuple(self.tools().values())
-        watcher = loop.create_task(watch())
-        try:
-            while True:
-                # A timer, not asyncio.wait_for: before 3.12 wait_for can swallow the cancel that ends this.
-                timer = loop.call_later(RESYNC_INTERVAL, changed.set)
-                try:
-                    await changed.wait()
-                finally:
-                    timer.cancel()
-                changed.clear()
-                if self.node.closed:
-                    return
-                signature = tuple(self.tools().values())
-                if signature != self._signature:
-                    self._signature = signature
-                    await self._bus.publish(ToolsListChanged())
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, NodeClosed):
-                await watcher
+        await follow_nodes((self.node,), RESYNC_INTERVAL, step)
 
 
 class _TooLong(Exception):
