@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .._runtime.streams import is_stream_id
@@ -313,30 +313,28 @@ class RemoteAgent:
     # -- errors --------------------------------------------------------------
 
     async def _mapped(self, events: AsyncIterator[StreamResponse]) -> AsyncGenerator[StreamResponse, None]:
-        """The client's events, its errors as the mesh's: unreachable PeerLost, slow Timeout."""
-        from a2a.client import A2AClientError, A2AClientTimeoutError
-        from a2a.utils.errors import A2AError
-
+        """The client's events, its errors as the mesh's (see :meth:`_as_mesh_errors`)."""
         try:
-            async for event in events:
-                yield event
-        except A2AClientTimeoutError:
-            raise Timeout(f"the A2A agent at {self.url} did not answer in time") from None
-        except A2AClientError as exc:
-            raise self._client_error(exc) from None
-        except A2AError as exc:
-            raise HandlerError(type(exc).__name__, str(exc), agent=self.name) from None
+            with self._as_mesh_errors():
+                async for event in events:
+                    yield event
         finally:
             close = getattr(events, "aclose", None)
             if close is not None:  # the client's SSE stream, left early: its connection is let go now
                 await close()
 
     async def _mapped_call(self, call: Any) -> Any:
+        with self._as_mesh_errors():
+            return await call
+
+    @contextlib.contextmanager
+    def _as_mesh_errors(self) -> Iterator[None]:
+        """The client's errors as the mesh's: unreachable PeerLost, slow Timeout, the rest HandlerError."""
         from a2a.client import A2AClientError, A2AClientTimeoutError
         from a2a.utils.errors import A2AError
 
         try:
-            return await call
+            yield
         except A2AClientTimeoutError:
             raise Timeout(f"the A2A agent at {self.url} did not answer in time") from None
         except A2AClientError as exc:
