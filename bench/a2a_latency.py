@@ -20,19 +20,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from typing import Any
 
 os.environ["ZMESH_INTERFACES"] = "127.0.0.1"
 
 import zmesh  # after the interface pin
 
-PATHS = ("mesh", "a2a")
+from .paths import interleave, report, stop
+
+_ids = itertools.count()
 KW: dict[str, Any] = {"interfaces": "local", "discovery": False}
 
 
@@ -46,57 +47,26 @@ async def _echo(mesh: str) -> None:
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the bench closes stdin
 
 
-def _percentiles(took: list[float]) -> tuple[float, float]:
-    took.sort()
-    return took[len(took) // 2] * 1e6, took[int(len(took) * 0.99)] * 1e6
-
-
-async def _time_mesh(agent: zmesh.Agent, n: int) -> tuple[float, float]:
-    for _ in range(min(n, 300)):
-        await agent.request("echo", "echo", "ping", timeout=10)
-    took = []
-    for _ in range(n):
-        start = time.perf_counter()
-        await agent.request("echo", "echo", "ping", timeout=10)
-        took.append(time.perf_counter() - start)
-    return _percentiles(took)
-
-
-async def _time_a2a(client: Any, n: int) -> tuple[float, float]:
+async def _send(client: Any, text: str) -> None:
     from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
 
-    async def once(i: int) -> None:
-        message = Message(role=Role.ROLE_USER, message_id=f"m{i}", parts=[Part(text="ping")])
-        async for event in client.send_message(SendMessageRequest(message=message)):
-            assert event.message.parts[0].text == "ping", event
-
-    for i in range(min(n, 300)):
-        await once(i)
-    took = []
-    for i in range(n):
-        start = time.perf_counter()
-        await once(i)
-        took.append(time.perf_counter() - start)
-    return _percentiles(took)
+    message = Message(role=Role.ROLE_USER, message_id=f"m{next(_ids)}", parts=[Part(text=text)])
+    async for event in client.send_message(SendMessageRequest(message=message)):
+        assert event.message.parts[0].text == text, event
 
 
 async def _measure(mesh: str, endpoint: str, url: str, rounds: int, n: int) -> dict[str, list[float]]:
     import httpx
     from a2a.client import ClientConfig, create_client
 
-    p50s: dict[str, list[float]] = {path: [] for path in PATHS}
     async with zmesh.Node(mesh, name="client", seeds=[endpoint], **KW) as node, httpx.AsyncClient(timeout=10) as http:
         agent = node.agent("client")
         await node.wait_for_agents("echo", timeout=20)
         client = await create_client(f"{url}/echo/", ClientConfig(streaming=False, httpx_client=http))
-        for r in range(rounds):
-            line = []
-            for path in PATHS:
-                p50, p99 = await (_time_mesh(agent, n) if path == "mesh" else _time_a2a(client, n))
-                p50s[path].append(p50)
-                line.append(f"{path} p50 {p50:.0f} p99 {p99:.0f} us")
-            print(f"round {r + 1}: " + "; ".join(line), flush=True)
-    return p50s
+        return await interleave({
+            "mesh": lambda: agent.request("echo", "echo", "ping", timeout=10),
+            "a2a": lambda: _send(client, "ping"),
+        }, rounds, n, warmup=300)
 
 
 def _bench(rounds: int, n: int) -> dict[str, list[float]]:
@@ -114,23 +84,7 @@ def _bench(rounds: int, n: int) -> dict[str, list[float]]:
         url = json.loads(gateway.stdout.readline())["url"]  # its line: up
         return asyncio.run(_measure(mesh, endpoint, url, rounds, n))
     finally:
-        if gateway is not None:
-            gateway.terminate()
-        if echo.stdin is not None:
-            echo.stdin.close()  # the echo process's signal to leave
-        for proc in (gateway, echo):
-            if proc is not None:
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
-
-
-def _report(p50s: dict[str, list[float]]) -> None:
-    print("median p50: " + ", ".join(f"{path} {statistics.median(p50s[path]):.0f} us" for path in PATHS))
-    ratios = [g / b for g, b in zip(p50s["a2a"], p50s["mesh"], strict=True)]
-    print(f"a2a / mesh: {statistics.median(ratios):.1f}x [{min(ratios):.1f}..{max(ratios):.1f}]")
+        stop(gateway, echo)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.echo:
         asyncio.run(_echo(args.echo))
     else:
-        _report(_bench(args.rounds, args.n))
+        report(_bench(args.rounds, args.n), {"a2a": ("mesh",)}, digits=1)
     return 0
 
 

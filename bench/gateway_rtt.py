@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,7 +37,8 @@ os.environ["ZMESH_INTERFACES"] = "127.0.0.1"
 
 import zmesh  # after the interface pin
 
-PATHS = ("zmq", "nats", "gateway")
+from .paths import interleave, report, stop
+
 KW: dict[str, Any] = {"interfaces": "local", "discovery": False}
 
 
@@ -70,34 +70,17 @@ async def _echo(lan: str, wan: str, url: str) -> None:
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the bench closes stdin
 
 
-async def _time(agent: zmesh.Agent, target: str, n: int) -> tuple[float, float]:
-    for _ in range(min(n, 300)):
-        await agent.request(target, "e", {"x": 1}, timeout=10)
-    took = []
-    for _ in range(n):
-        start = time.perf_counter()
-        await agent.request(target, "e", {"x": 1}, timeout=10)
-        took.append(time.perf_counter() - start)
-    took.sort()
-    return took[len(took) // 2] * 1e6, took[int(len(took) * 0.99)] * 1e6
-
-
 async def _measure(lan: str, wan: str, url: str, endpoint: str, rounds: int, n: int) -> dict[str, list[float]]:
-    p50s: dict[str, list[float]] = {path: [] for path in PATHS}
     async with zmesh.Node(lan, name="client-zmq", seeds=[endpoint], **KW) as near, \
             zmesh.Node(wan, name="client-nats", transport=url) as far:
         via_lan, via_nats = near.agent("alice"), far.agent("dave")
         await near.wait_for_agents("carol", "bob", timeout=20)
         await far.wait_for_agents("bob", timeout=20)
-        for r in range(rounds):
-            line = []
-            for path in PATHS:
-                agent, target = {"zmq": (via_lan, "carol"), "nats": (via_nats, "bob"), "gateway": (via_lan, "bob")}[path]
-                p50, p99 = await _time(agent, target, n)
-                p50s[path].append(p50)
-                line.append(f"{path} p50 {p50:.0f} p99 {p99:.0f} us")
-            print(f"round {r + 1}: " + "; ".join(line), flush=True)
-    return p50s
+        return await interleave({
+            "zmq": lambda: via_lan.request("carol", "e", {"x": 1}, timeout=10),
+            "nats": lambda: via_nats.request("bob", "e", {"x": 1}, timeout=10),
+            "gateway": lambda: via_lan.request("bob", "e", {"x": 1}, timeout=10),
+        }, rounds, n, warmup=300)
 
 
 def _bench(rounds: int, n: int) -> dict[str, list[float]]:
@@ -119,26 +102,8 @@ def _bench(rounds: int, n: int) -> dict[str, list[float]]:
             gateway.stdout.readline()  # its line: up
             return asyncio.run(_measure(lan, wan, url, endpoint, rounds, n))
         finally:
-            if gateway is not None:
-                gateway.terminate()
-            if echo.stdin is not None:
-                echo.stdin.close()  # the echo process's signal to leave
-            for proc in (gateway, echo):
-                if proc is not None:
-                    try:
-                        proc.wait(15)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait(5)
-            server.terminate()
-            server.wait(10)
-
-
-def _report(p50s: dict[str, list[float]]) -> None:
-    print("median p50: " + ", ".join(f"{path} {statistics.median(p50s[path]):.0f} us" for path in PATHS))
-    for base in ("zmq", "nats"):
-        ratios = [g / b for g, b in zip(p50s["gateway"], p50s[base], strict=True)]
-        print(f"gateway / {base}: {statistics.median(ratios):.2f}x [{min(ratios):.2f}..{max(ratios):.2f}]")
+            stop(gateway, echo)
+            stop(server)  # after them: they leave the NATS mesh through it
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.echo:
         asyncio.run(_echo(*args.echo))
     else:
-        _report(_bench(args.rounds, args.n))
+        report(_bench(args.rounds, args.n), {"gateway": ("zmq", "nats")})
     return 0
 
 

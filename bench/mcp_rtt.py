@@ -19,29 +19,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 os.environ["ZMESH_INTERFACES"] = "127.0.0.1"
 
 import zmesh  # after the interface pin
 
-PATHS = ("mesh", "mesh-stream", "mcp-memory", "mcp-stdio", "mcp-http")
-
-
-async def _time(call: Callable[[], Awaitable[Any]], n: int) -> tuple[float, float]:
-    for _ in range(min(n, 100)):
-        await call()
-    took = []
-    for _ in range(n):
-        start = time.perf_counter()
-        await call()
-        took.append(time.perf_counter() - start)
-    took.sort()
-    return took[len(took) // 2] * 1e6, took[int(len(took) * 0.99)] * 1e6
+from .paths import interleave, report
 
 
 async def _bench(rounds: int, n: int) -> dict[str, list[float]]:
@@ -69,29 +54,13 @@ async def _bench(rounds: int, n: int) -> dict[str, list[float]]:
         in_memory = MeshTools(near.agent("mcp-memory"))
         async with serve_http(node.agent("mcp-http"), "127.0.0.1", 0) as url, Client(in_memory.server) as memory, \
                 Client(stdio) as over_stdio, Client(url) as over_http:
-            calls: dict[str, Callable[[], Awaitable[Any]]] = {
+            return await interleave({
                 "mesh": lambda: direct.request_any("echo", "echo", {"x": 1}, timeout=10),
                 "mesh-stream": streamed,
                 "mcp-memory": lambda: memory.call_tool("echo", {"payload": {"x": 1}}),
                 "mcp-stdio": lambda: over_stdio.call_tool("echo", {"payload": {"x": 1}}),
                 "mcp-http": lambda: over_http.call_tool("echo", {"payload": {"x": 1}}),
-            }
-            p50s: dict[str, list[float]] = {path: [] for path in PATHS}
-            for r in range(rounds):
-                line = []
-                for path in PATHS:
-                    p50, p99 = await _time(calls[path], n)
-                    p50s[path].append(p50)
-                    line.append(f"{path} p50 {p50:.0f} p99 {p99:.0f} us")
-                print(f"round {r + 1}: " + "; ".join(line), flush=True)
-    return p50s
-
-
-def _report(p50s: dict[str, list[float]]) -> None:
-    print("median p50: " + ", ".join(f"{path} {statistics.median(p50s[path]):.0f} us" for path in PATHS))
-    for path in PATHS[2:]:
-        ratios = [m / b for m, b in zip(p50s[path], p50s["mesh"], strict=True)]
-        print(f"{path} / mesh: {statistics.median(ratios):.2f}x [{min(ratios):.2f}..{max(ratios):.2f}]")
+            }, rounds, n, warmup=100)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.n < 1:
         parser.error("--rounds and -n must be at least 1")
-    _report(asyncio.run(_bench(args.rounds, args.n)))
+    mcp_paths = ("mcp-memory", "mcp-stdio", "mcp-http")
+    report(asyncio.run(_bench(args.rounds, args.n)), {path: ("mesh",) for path in mcp_paths})
     return 0
 
 

@@ -35,13 +35,19 @@ def test_each_zmq_receive_mode_reads_every_message(mode: str, capsys: pytest.Cap
     assert f"{mode}: 100 of 100 read" in capsys.readouterr().out
 
 
+def _run_bench(module: str, n: int) -> subprocess.CompletedProcess[str]:
+    """``python -m bench.MODULE --rounds 2 -n N``, run to its end (which it must reach cleanly)."""
+    run = subprocess.run([sys.executable, "-m", f"bench.{module}", "--rounds", "2", "-n", str(n)],
+                         cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=50,
+                         check=False)
+    assert run.returncode == 0, run.stderr
+    return run
+
+
 def test_the_gateway_bench_times_all_three_paths() -> None:
     if shutil.which("nats-server") is None and not Path("/usr/sbin/nats-server").exists():
         pytest.skip("nats-server is not installed: apt-get install nats-server")
-    root = Path(__file__).resolve().parent.parent
-    run = subprocess.run([sys.executable, "-m", "bench.gateway_rtt", "--rounds", "2", "-n", "30"], cwd=root,
-                         capture_output=True, text=True, timeout=50, check=False)
-    assert run.returncode == 0, run.stderr
+    run = _run_bench("gateway_rtt", 30)
     rounds = re.findall(r"^round \d: zmq p50 (\d+) p99 \d+ us; nats p50 (\d+) p99 \d+ us; gateway p50 (\d+)",
                         run.stdout, re.MULTILINE)
     assert len(rounds) == 2 and all(float(x) > 0 for r in rounds for x in r), run.stdout
@@ -50,10 +56,7 @@ def test_the_gateway_bench_times_all_three_paths() -> None:
 
 def test_the_mcp_bench_times_every_path() -> None:
     pytest.importorskip("mcp", reason="pip install 'zmesh-agents[mcp]'")
-    root = Path(__file__).resolve().parent.parent
-    run = subprocess.run([sys.executable, "-m", "bench.mcp_rtt", "--rounds", "2", "-n", "20"], cwd=root,
-                         capture_output=True, text=True, timeout=50, check=False)
-    assert run.returncode == 0, run.stderr
+    run = _run_bench("mcp_rtt", 20)
     rounds = re.findall(r"^round \d: mesh p50 (\d+) .*; mcp-stdio p50 (\d+) p99 \d+ us; mcp-http p50 (\d+)",
                         run.stdout, re.MULTILINE)
     assert len(rounds) == 2 and all(float(x) > 0 for r in rounds for x in r), run.stdout
@@ -63,10 +66,7 @@ def test_the_mcp_bench_times_every_path() -> None:
 
 def test_the_a2a_bench_times_both_paths() -> None:
     pytest.importorskip("a2a.client", reason="the A2A bench needs a2a-sdk: pip install 'zmesh-agents[a2a]'")
-    root = Path(__file__).resolve().parent.parent
-    run = subprocess.run([sys.executable, "-m", "bench.a2a_latency", "--rounds", "2", "-n", "30"], cwd=root,
-                         capture_output=True, text=True, timeout=50, check=False)
-    assert run.returncode == 0, run.stderr
+    run = _run_bench("a2a_latency", 30)
     rounds = re.findall(r"^round \d: mesh p50 (\d+) p99 \d+ us; a2a p50 (\d+) p99 \d+ us$", run.stdout, re.MULTILINE)
     assert len(rounds) == 2 and all(float(x) > 0 for r in rounds for x in r), run.stdout
     assert re.search(r"^a2a / mesh: \d+\.\dx \[\d+\.\d\.\.\d+\.\d\]$", run.stdout, re.MULTILINE), run.stdout
