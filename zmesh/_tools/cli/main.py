@@ -113,6 +113,14 @@ def _json_option(parser: argparse.ArgumentParser, help_text: str) -> None:
     parser.add_argument("--json", action="store_true", help=help_text)
 
 
+def _service(sub_parsers: Any, name: str, add_options: Callable[[argparse.ArgumentParser], None], *, help: str,
+             description: str) -> None:
+    """A command that joins the mesh and serves until stopped: the common options, then its own."""
+    parser = sub_parsers.add_parser(name, help=help, description=description)
+    _common(parser)
+    add_options(parser)
+
+
 def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
     """The parser, and the names of its subcommands."""
     parser = argparse.ArgumentParser(prog="zmesh", description="A brokerless peer mesh for AI agents.",
@@ -179,42 +187,34 @@ def _parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
     t.add_argument("--once", action="store_true",
                    help="take one view (two samples an --interval apart, for the rates), print it and exit")
     _json_option(t, "print each view as one line of JSON instead of drawing it (needs no 'rich')")
-    bridge = sub_parsers.add_parser(
-        "ga-bridge", help="expose a GenericAgent checkout's sub-agents (ROOT/temp/NAME/) as mesh agents NAME",
-        description="Expose each GenericAgent sub-agent folder ROOT/temp/NAME/ as mesh agent NAME, driven "
-                    "over GenericAgent's file protocol: a request on 'task' is its next round, 'stop', "
-                    "'keyinfo' and 'intervene' write its control files, 'status' tells its state. Prints "
-                    "one JSON line once up (mesh, node, endpoint, root, agents), then runs until stopped. "
-                    "See docs/genericagent.md.")
-    _common(bridge)
-    ga_bridge.add_parser(bridge)
-    gw = sub_parsers.add_parser(
-        "gateway", help="join this mesh to another over a second transport, e.g. a LAN to a NATS mesh",
-        description="Join the mesh (--from, default zmq) to a mesh on another transport (--to, e.g. "
-                    "nats://HOST:PORT): each side's agents get a proxy on the other, and every primitive "
-                    "crosses both ways. Run two per LAN for failover (same --domain): one stands in, the "
-                    "other takes over when it goes. Prints one JSON line once up, then runs until stopped. "
-                    "See docs/scaling.md.")
-    _common(gw)
-    gateway.add_parser(gw)
-    tools = sub_parsers.add_parser(
-        "mcp", help="serve the mesh's capabilities as MCP tools (stdio, or --http HOST:PORT)",
-        description="An MCP server whose tools are the mesh's capabilities: a call goes to one agent that "
-                    "provides it, its chunks come as progress, a cancel stops its handler. Speaks stdio (for an "
-                    "MCP host's config) unless --http HOST:PORT; then prints one JSON line with the URL. "
-                    "Needs pip install 'zmesh-agents[mcp]'. See docs/ecosystem.md.")
-    _common(tools)
-    mcp.add_parser(tools)
-    a2a = sub_parsers.add_parser(
-        "a2a-gateway", help="serve this mesh's agents as A2A agents over HTTP (JSON-RPC, with streaming)",
-        description="Serve every agent of the mesh as an A2A agent: http://HOST:PORT/<agent_id>/ (its card at "
-                    ".../.well-known/agent-card.json, all cards at /), a message a mesh request, a streaming "
-                    "message a mesh stream, CancelTask a cancel. Loopback unless told; beyond it only with "
-                    "--token. --remote NAME=URL makes the A2A agent at URL mesh agent NAME. Needs pip install "
-                    "'zmesh-agents[a2a]'. Prints one JSON line once up (mesh, node, agent, url, remotes), then "
-                    "runs until stopped. See docs/ecosystem.md.")
-    _common(a2a)
-    a2a_gateway.add_parser(a2a)
+    _service(sub_parsers, "ga-bridge", ga_bridge.add_parser,
+             help="expose a GenericAgent checkout's sub-agents (ROOT/temp/NAME/) as mesh agents NAME",
+             description="Expose each GenericAgent sub-agent folder ROOT/temp/NAME/ as mesh agent NAME, driven "
+                         "over GenericAgent's file protocol: a request on 'task' is its next round, 'stop', "
+                         "'keyinfo' and 'intervene' write its control files, 'status' tells its state. Prints "
+                         "one JSON line once up (mesh, node, endpoint, root, agents), then runs until stopped. "
+                         "See docs/genericagent.md.")
+    _service(sub_parsers, "gateway", gateway.add_parser,
+             help="join this mesh to another over a second transport, e.g. a LAN to a NATS mesh",
+             description="Join the mesh (--from, default zmq) to a mesh on another transport (--to, e.g. "
+                         "nats://HOST:PORT): each side's agents get a proxy on the other, and every primitive "
+                         "crosses both ways. Run two per LAN for failover (same --domain): one stands in, the "
+                         "other takes over when it goes. Prints one JSON line once up, then runs until stopped. "
+                         "See docs/scaling.md.")
+    _service(sub_parsers, "mcp", mcp.add_parser,
+             help="serve the mesh's capabilities as MCP tools (stdio, or --http HOST:PORT)",
+             description="An MCP server whose tools are the mesh's capabilities: a call goes to one agent that "
+                         "provides it, its chunks come as progress, a cancel stops its handler. Speaks stdio (for an "
+                         "MCP host's config) unless --http HOST:PORT; then prints one JSON line with the URL. "
+                         "Needs pip install 'zmesh-agents[mcp]'. See docs/ecosystem.md.")
+    _service(sub_parsers, "a2a-gateway", a2a_gateway.add_parser,
+             help="serve this mesh's agents as A2A agents over HTTP (JSON-RPC, with streaming)",
+             description="Serve every agent of the mesh as an A2A agent: http://HOST:PORT/<agent_id>/ (its card at "
+                         ".../.well-known/agent-card.json, all cards at /), a message a mesh request, a streaming "
+                         "message a mesh stream, CancelTask a cancel. Loopback unless told; beyond it only with "
+                         "--token. --remote NAME=URL makes the A2A agent at URL mesh agent NAME. Needs pip install "
+                         "'zmesh-agents[a2a]'. Prints one JSON line once up (mesh, node, agent, url, remotes), then "
+                         "runs until stopped. See docs/ecosystem.md.")
     for sub_parser in sub_parsers.choices.values():
         sub_parser.set_defaults(subparser=sub_parser)  # so main() can say its usage, not the top level's
     return parser, frozenset(sub_parsers.choices)
