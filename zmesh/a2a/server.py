@@ -10,7 +10,6 @@ answers 404. See docs/ecosystem.md.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import os
 import socket
@@ -19,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from .._http import BearerToken, bind_tcp
 from ..node import Node
 from ..registry import AgentInfo
 from ._setup import A2ASetupError, check_listen, require_sdk
@@ -45,28 +45,6 @@ DEFAULT_KEEP_TASKS = 1000
 #: become a mesh payload anyway), unless ``serve(max_body=...)`` says otherwise.
 BODY_PER_PAYLOAD = 4
 _START_TIMEOUT = 10.0
-
-
-class _BearerToken:
-    """ASGI middleware: every HTTP request carries ``Authorization: Bearer <token>``, or gets 401."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self._app = app
-        self._expected = f"Bearer {token}".encode()
-        self.refused = 0
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self._expected):
-                from starlette.responses import JSONResponse
-
-                self.refused += 1
-                refusal = JSONResponse({"error": "missing or wrong bearer token"}, status_code=401,
-                                       headers={"WWW-Authenticate": 'Bearer realm="zmesh-a2a"'})
-                await refusal(scope, receive, send)
-                return
-        await self._app(scope, receive, send)
 
 
 class _BodyLimit:
@@ -108,19 +86,10 @@ class _BodyLimit:
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP named, not 0: asyncio turns Nagle off only on sockets that say they are TCP, and with it
-    # on, a response written as headers then body waits ~40 ms for the client's delayed ACK.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip("[]"), port))
-        sock.listen(128)
-        sock.setblocking(False)
+        return bind_tcp(host, port)
     except OSError as exc:
-        sock.close()
         raise A2ASetupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    return sock
 
 
 class A2AServer:
@@ -161,7 +130,7 @@ class A2AServer:
         self._url = url.rstrip("/") if url else None
         self._handlers: dict[str, tuple[MeshRequestHandler, JsonRpcDispatcher, BoundedTaskStore]] = {}
         self._forgotten = 0  # tasks of handlers closed already
-        self._guard: _BearerToken | None = None
+        self._guard: BearerToken | None = None
         self._limit: _BodyLimit | None = None
         self._sock: socket.socket | None = None
         self._server: Any = None
@@ -270,7 +239,7 @@ class A2AServer:
         self._limit = _BodyLimit(app, self.max_body)
         if self.token is None:
             return self._limit
-        self._guard = _BearerToken(self._limit, self.token)  # the token first: a stranger's body is not read
+        self._guard = BearerToken(self._limit, self.token, challenge='Bearer realm="zmesh-a2a"')  # the token first: a stranger's body is not read
         return self._guard
 
     # -- life --------------------------------------------------------------

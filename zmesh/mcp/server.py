@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import ipaddress
 import logging
-import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from .._follow import follow as follow_nodes
+from .._http import BearerToken, bind_tcp
 from ..agent import Agent
 from ..errors import ZmeshError
 from ._tools import Tool, arguments_to_payload, result_text, tools_of
@@ -31,8 +30,6 @@ MAX_CHUNKS = 10_000
 #: Seconds between two looks at the registry when no event said it changed.
 RESYNC_INTERVAL = 1.0
 _PROGRESS_TEXT = 4096
-_Scope = MutableMapping[str, Any]
-_ASGIApp = Callable[[_Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
 
 def _sdk() -> Any:
@@ -178,22 +175,6 @@ def check_listen(host: str, token: str | None) -> None:
                          "on 127.0.0.1")
 
 
-def _bearer(app: _ASGIApp, token: str) -> _ASGIApp:
-    expected = f"Bearer {token}".encode()
-
-    async def guarded(scope: _Scope, receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]) -> None:
-        if scope["type"] == "http":
-            given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, expected):
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
-                await send({"type": "http.response.body", "body": b"a bearer token is required\n"})
-                return
-        await app(scope, receive, send)
-
-    return guarded
-
-
 @contextlib.asynccontextmanager
 async def serve_http(agent: Agent, host: str = "127.0.0.1", port: int = 0, *, token: str | None = None,
                      timeout: float = DEFAULT_TIMEOUT) -> AsyncIterator[str]:
@@ -208,25 +189,18 @@ async def serve_http(agent: Agent, host: str = "127.0.0.1", port: int = 0, *, to
 
     app: Any = tools.server.streamable_http_app(host=host)
     manager = tools.server.session_manager
-    config = uvicorn.Config(_bearer(app, token) if token else app, host=host, port=port, log_level="warning",
+    config = uvicorn.Config(BearerToken(app, token) if token else app, host=host, port=port, log_level="warning",
                             lifespan="off")
     server = uvicorn.Server(config)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP (with 0, a reply
-    # waits for the client's delayed ACK: 44 ms a call instead of ~2).
-    listening = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    listening = bind_tcp(host, port)  # bound here, so the URL is known (and connectable) before serve() runs
     try:
-        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listening.bind((host, port))  # bound here, so the URL is known (and connectable) before serve() runs
-        listening.listen(128)
-        listening.setblocking(False)
         bound = listening.getsockname()[1]
         loop = asyncio.get_running_loop()
         async with manager.run():
             serving = loop.create_task(server.serve(sockets=[listening]))
             following = loop.create_task(tools.follow())
             try:
-                yield f"http://{host if family == socket.AF_INET else f'[{host}]'}:{bound}/mcp"
+                yield f"http://{host if ':' not in host else f'[{host}]'}:{bound}/mcp"
             finally:
                 server.should_exit = True
                 following.cancel()
